@@ -1,0 +1,655 @@
+"""The sans-IO core: walk a value one bounded step at a time and yield its JSON in pieces.
+
+Nothing here does I/O or knows about event loops; the drivers in ``sync`` and ``aio`` decide
+when to hand control back. Every step does a bounded amount of work: a group of small values
+handed to ``orjson.dumps`` whole, one slice of a long string, list or array, or the bracket and
+key of a large container. What is "small" is decided with C-level checks (``map(type, ...)``,
+``sys.getsizeof``, ``gc.get_referents``) so the walk adds little per-element Python work to
+what orjson itself spends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterator
+from datetime import date, datetime, time
+from gc import get_referents
+from itertools import islice
+from math import fsum
+from operator import itemgetter, length_hint
+from typing import Any, Final, TypeAlias
+
+import orjson
+
+from .errors import EncodeError, format_path
+from .options import (
+    ALL_OPTIONS,
+    OPT_APPEND_NEWLINE,
+    OPT_INDENT_2,
+    OPT_NON_STR_KEYS,
+    OPT_PASSTHROUGH_DATACLASS,
+    OPT_PASSTHROUGH_DATETIME,
+    OPT_PASSTHROUGH_SUBCLASS,
+    OPT_SERIALIZE_NUMPY,
+    OPT_SORT_KEYS,
+)
+
+__all__ = ["AnextRequest", "Piece", "Walker"]
+
+#: Estimated in-memory bytes (``sys.getsizeof`` summed over a subtree) below which a group of
+#: values goes to ``orjson.dumps`` in one call. Memory overstates JSON size 2-4x for small
+#: nodes, so this is ~16-32 KiB of output: ~10-30 us of orjson work.
+GROUP_BYTES: Final = 64 * 1024
+#: Numbers per slice of a list proven numeric by ``sum`` (~2048 is ~20-50 us for orjson).
+NUMBERS_PER_SLICE: Final = 2048
+#: Characters per slice of a long string (64K chars is 64-256 KiB of output).
+STR_SLICE: Final = 64 * 1024
+#: Most elements of a list, dict or iterator looked at in one step.
+MAX_GROUP: Final = 4096
+#: orjson's own limit on chained ``default`` calls; we stop at the same place.
+DEFAULT_CHAIN_LIMIT: Final = 254
+
+_dumps = orjson.dumps
+_JSONEncodeError = orjson.JSONEncodeError
+_NumberSum = (int, float)
+_BIG: Final = 1 << 62
+
+Piece: TypeAlias = bytes | memoryview
+
+
+class AnextRequest:
+    """Yielded instead of a piece when the walk needs the next item of an async iterable.
+
+    The async driver awaits ``aiter.__anext__()`` and sends the item back into the walk (or
+    ``END`` when the iterable is exhausted); the sync driver never sees one.
+    """
+
+    __slots__ = ("aiter",)
+    END: Final = object()
+
+    def __init__(self, aiter: AsyncIterator[Any]) -> None:
+        self.aiter = aiter
+
+
+class _Container:
+    """A list, tuple, dict, iterator or dataclass being walked element by element."""
+
+    __slots__ = (
+        "base",
+        "block",
+        "closer",
+        "depth",
+        "first",
+        "group",
+        "i",
+        "is_async",
+        "is_map",
+        "length",
+        "origin",
+        "path",
+        "source",
+        "whole",
+    )
+
+    def __init__(
+        self,
+        *,
+        origin: object,
+        path: tuple[bool, object] | None,
+        depth: int,
+        is_map: bool,
+        block: list[Any] | tuple[Any, ...],
+        source: Iterator[Any] | AsyncIterator[Any] | None = None,
+        is_async: bool = False,
+        whole: Any = None,
+        groups: bool = True,
+    ) -> None:
+        self.origin = origin
+        self.path = path
+        self.depth = depth
+        self.is_map = is_map
+        self.block = block
+        self.source = source
+        self.is_async = is_async
+        # A list is its own block; a length change while we walk it is a caller's bug.
+        self.whole = whole
+        self.length = len(whole) if whole is not None else -1
+        self.i = 0
+        self.base = 0
+        self.group = 16 if groups else 0
+        self.first = True
+        self.closer = b"}" if is_map else b"]"
+
+
+class _Text:
+    """A long string written one slice at a time."""
+
+    __slots__ = ("i", "path", "text")
+
+    def __init__(self, text: str, path: tuple[bool, object] | None) -> None:
+        self.text = text
+        self.path = path
+        self.i = 0
+
+
+class _Array:
+    """A large numpy array written along axis 0, a few rows per step."""
+
+    __slots__ = ("array", "depth", "first", "i", "path", "rows")
+
+    def __init__(self, array: Any, path: tuple[bool, object] | None, depth: int) -> None:
+        self.array = array
+        self.path = path
+        self.depth = depth
+        self.i = 0
+        self.first = True
+        per_row = array.size // len(array) if len(array) else 1
+        self.rows = max(1, NUMBERS_PER_SLICE // max(per_row, 1))
+
+
+_Frame: TypeAlias = _Container | _Text | _Array
+
+
+class _Unsupported(Exception):
+    """Raised by the probe ``default`` when orjson asks what to do with an object."""
+
+
+def _probe_default(obj: object) -> Any:
+    raise _Unsupported
+
+
+class Walker:
+    """One encoding of one value: iterate it to get the JSON as pieces (bytes or memoryview).
+
+    ``allow_async`` lets the walk meet async iterables (it then yields ``AnextRequest``).
+    """
+
+    def __init__(
+        self,
+        obj: Any,
+        *,
+        option: int = 0,
+        default: Callable[[Any], Any] | None = None,
+        iterables: bool = False,
+        float_decimals: int | None = None,
+        allow_async: bool = False,
+    ) -> None:
+        if not isinstance(option, int) or isinstance(option, bool) or option & ~ALL_OPTIONS:
+            raise EncodeError("Invalid opts")
+        if default is not None and not callable(default):
+            raise EncodeError("default must be callable")
+        if float_decimals is not None and (
+            not isinstance(float_decimals, int) or not 0 <= float_decimals <= 17
+        ):
+            raise ValueError("float_decimals must be an int from 0 to 17")
+        self.obj = obj
+        self.option = option
+        self.inner = option & ~OPT_APPEND_NEWLINE
+        self.default = default
+        self.iterables = iterables
+        self.decimals = float_decimals
+        self.allow_async = allow_async
+        self.indent = bool(option & OPT_INDENT_2)
+        self.sort = bool(option & OPT_SORT_KEYS)
+        self.non_str_keys = bool(option & OPT_NON_STR_KEYS)
+        self.subclasses = not option & OPT_PASSTHROUGH_SUBCLASS
+        self.dataclasses = not option & OPT_PASSTHROUGH_DATACLASS
+        self.numpy = bool(option & OPT_SERIALIZE_NUMPY)
+        self.key_option = option & ~(OPT_INDENT_2 | OPT_APPEND_NEWLINE | OPT_SORT_KEYS)
+        plain: set[type] = {str, int, float, bool, type(None), list, dict, tuple}
+        if not option & OPT_PASSTHROUGH_DATETIME:
+            plain |= {datetime, date, time}
+        self.plain = frozenset(plain)
+        # Without these options anything orjson writes by itself is written the same whether
+        # we walk it or not, and what it cannot write reaches ``_probe_default``: the type
+        # check is needed only where a value could be large yet invisible to ``size`` (numpy
+        # arrays), or where orjson's bytes would need changing (rounding, re-indenting
+        # fragments).
+        self.check_types = bool(option & (OPT_SERIALIZE_NUMPY | OPT_INDENT_2)) or (
+            float_decimals is not None
+        )
+        self.stack: list[_Frame] = []
+        self.active: set[int] = set()
+        self._newlines: list[bytes] = [b"\n"]
+
+    # -- small helpers ---------------------------------------------------------------------
+
+    def newline(self, depth: int) -> bytes:
+        """``\\n`` and the indentation of ``depth`` levels (OPT_INDENT_2)."""
+        lines = self._newlines
+        while len(lines) <= depth:
+            lines.append(b"\n" + b"  " * len(lines))
+        return lines[depth]
+
+    def size(self, level: list[Any]) -> int:
+        """Estimated JSON bytes of the values in ``level`` and all they hold, or more than
+        ``GROUP_BYTES`` (often ``_BIG``) once past it or on meeting anything orjson might not
+        write by itself (checked only where it can matter).
+
+        Each level of the subtree costs a few C calls: ``gc.get_referents`` for the next level,
+        and ``len`` (``sum`` for all-number levels, ``length_hint`` for mixed ones) for string
+        and container sizes.
+        """
+        plain = self.plain
+        check_types = self.check_types
+        total = 0
+        while level:
+            if check_types and not plain.issuperset(map(type, level)):
+                return _BIG
+            total += 8 * len(level)
+            if total > GROUP_BYTES:
+                return total
+            try:
+                total += sum(map(len, level))
+            except TypeError:
+                try:
+                    fsum(level)
+                    return total  # only numbers: nothing below them
+                except (TypeError, ValueError, OverflowError):
+                    total += sum(map(length_hint, level))
+            if total > GROUP_BYTES:
+                return total
+            level = get_referents(*level)
+        return total
+
+    def error(self, message: str, *, extra: tuple[bool, object] | None = None) -> EncodeError:
+        parts = [f.path for f in self.stack if f.path is not None]
+        if extra is not None:
+            parts.append(extra)
+        return EncodeError(message, path=format_path(parts))
+
+    def round_floats(self, obj: Any) -> Any:
+        """A copy of a small plain value with every float rounded (``float_decimals``)."""
+        n = self.decimals
+        t = type(obj)
+        if t is float:
+            return round(obj, n)
+        if t is list or t is tuple:
+            return [self.round_floats(v) for v in obj]
+        if t is dict:
+            return {k: self.round_floats(v) for k, v in obj.items()}
+        return obj
+
+    def dump_group(self, value: Any, depth: int) -> Piece:
+        """orjson's bytes for a small list or dict, without its brackets, indented for
+        ``depth``; raises ``orjson.JSONEncodeError`` as orjson does."""
+        if self.decimals is not None:
+            value = self.round_floats(value)
+        out = _dumps(value, option=self.inner, default=_probe_default)
+        if not self.indent:
+            return memoryview(out)[1:-1]
+        if depth:
+            return out[1:-2].replace(b"\n", self.newline(depth))
+        return memoryview(out)[1:-2]
+
+    def dump_whole(self, value: Any, depth: int) -> Piece:
+        """orjson's bytes for a small value in place, indented for ``depth``."""
+        if self.decimals is not None:
+            value = self.round_floats(value)
+        out = _dumps(value, option=self.inner, default=_probe_default)
+        if self.indent and depth:
+            return out.replace(b"\n", self.newline(depth))
+        return out
+
+    def key_bytes(self, key: Any) -> bytes:
+        """A dict key as orjson writes it (quoted, before the colon)."""
+        if type(key) is str:
+            try:
+                return _dumps(key)
+            except _JSONEncodeError as exc:
+                raise self.error(str(exc), extra=(True, key)) from None
+        if not self.non_str_keys:
+            raise self.error("Dict key must be str", extra=(True, key))
+        try:
+            return _dumps({key: None}, option=self.key_option)[1:-6]
+        except _JSONEncodeError as exc:
+            raise self.error(str(exc), extra=(True, key)) from None
+
+    def map_items(self, mapping: Any) -> list[Any] | Iterator[Any]:
+        """The items of a dict in the order orjson writes them."""
+        if not self.sort:
+            return iter(dict.items(mapping))
+        items = list(dict.items(mapping))
+        if all(type(k) is str for k, _ in items):
+            items.sort(key=itemgetter(0))
+        else:
+            keyed = [(self.key_bytes(k).decode(), k, v) for k, v in items]
+            keyed.sort(key=itemgetter(0))
+            items = [(k, v) for _, k, v in keyed]
+        return items
+
+    # -- the walk ----------------------------------------------------------------------------
+
+    def __iter__(self) -> Generator[Piece | AnextRequest, Any, None]:
+        return self.walk()
+
+    def walk(self) -> Generator[Piece | AnextRequest, Any, None]:
+        """Yield the JSON of the value in pieces, one bounded step per piece."""
+        stack = self.stack
+        yield from self.enter(self.obj, None, 0, 0)
+        while stack:
+            frame = stack[-1]
+            if type(frame) is _Container:
+                yield from self.step_container(frame)
+            elif type(frame) is _Text:
+                yield from self.step_text(frame)
+            else:
+                assert type(frame) is _Array
+                yield from self.step_array(frame)
+        if self.option & OPT_APPEND_NEWLINE:
+            yield b"\n"
+
+    def enter(
+        self,
+        obj: Any,
+        path: tuple[bool, object] | None,
+        depth: int,
+        chain: int,
+        *,
+        big: bool = False,
+    ) -> Generator[Piece | AnextRequest, Any, None]:
+        """Write ``obj`` whole if it is small, else push a frame that walks it.
+
+        ``big`` says the caller already found it too large to write whole.
+        """
+        t = type(obj)
+        if t is str:
+            if len(obj) <= STR_SLICE:
+                yield self.dump_leaf(obj, path)
+            else:
+                self.stack.append(_Text(obj, path))
+                yield b'"'
+            return
+        if t is dict or t is list or t is tuple:
+            if not big and self.size([obj]) <= GROUP_BYTES:
+                try:
+                    yield self.dump_whole(obj, depth)
+                    return
+                except _JSONEncodeError:
+                    pass  # too deep for orjson, or a bad leaf: walk it to find which
+        elif t in self.plain:
+            yield self.dump_leaf(obj, path)
+            return
+        if t is dict or (self.subclasses and isinstance(obj, dict)):
+            self.push(obj, path, depth, is_map=True, block=self.map_items(obj), whole=obj)
+            yield b"{"
+        elif t is list or t is tuple or (self.subclasses and isinstance(obj, list)):
+            self.push(obj, path, depth, is_map=False, block=obj, whole=obj)
+            yield b"["
+        elif self.subclasses and isinstance(obj, str):
+            yield from self.enter(str(obj), path, depth, chain)
+        elif (
+            self.dataclasses
+            and hasattr(type(obj), "__dataclass_fields__")
+            and not isinstance(obj, type)
+        ):
+            fields = self.dataclass_items(obj)
+            self.push(obj, path, depth, is_map=True, block=fields, groups=False)
+            yield b"{"
+        elif isinstance(obj, enum.Enum):
+            yield from self.enter(obj.value, path, depth, chain)
+        elif self.numpy and _is_ndarray(obj) and self.array_walkable(obj):
+            if obj.size <= NUMBERS_PER_SLICE or len(obj) == 0:
+                yield self.dump_leaf(obj, path, depth)
+            else:
+                self.enter_container(obj, path)
+                self.stack.append(_Array(obj, path, depth))
+                yield b"["
+        elif self.iterables and isinstance(obj, Iterator):
+            self.push(obj, path, depth, is_map=False, block=[], source=obj)
+            yield b"["
+        elif self.iterables and isinstance(obj, AsyncIterable):
+            if not self.allow_async:
+                raise self.error(
+                    "an async iterable can only be encoded by aiterencode or adump", extra=path
+                )
+            source = obj.__aiter__()
+            self.push(obj, path, depth, is_map=False, block=[], source=source, is_async=True)
+            yield b"["
+        else:
+            try:
+                yield self.dump_leaf(obj, path, depth, probe=self.default is not None)
+            except _Unsupported:
+                assert self.default is not None
+                if chain >= DEFAULT_CHAIN_LIMIT:
+                    raise self.error(
+                        "default serializer exceeds recursion limit", extra=path
+                    ) from None
+                try:
+                    value = self.default(obj)
+                except Exception as exc:
+                    raise self.error(
+                        f"Type is not JSON serializable: {type(obj).__name__} "
+                        f"(default raised {type(exc).__name__}: {exc})",
+                        extra=path,
+                    ) from exc
+                yield from self.enter(value, path, depth, chain + 1)
+
+    def dump_leaf(
+        self, obj: Any, path: tuple[bool, object] | None, depth: int = 0, *, probe: bool = False
+    ) -> Piece:
+        """orjson's bytes for one leaf; ``_Unsupported`` when ``probe`` and orjson would call
+        ``default`` for it."""
+        try:
+            if probe:
+                out = _dumps(obj, option=self.inner, default=_probe_default)
+            elif self.decimals is not None and type(obj) is float:
+                out = _dumps(round(obj, self.decimals), option=self.inner)
+            elif self.decimals is not None and _is_ndarray(obj) and obj.dtype.kind == "f":
+                out = _dumps(obj.round(self.decimals), option=self.inner)
+            else:
+                out = _dumps(obj, option=self.inner)
+        except _JSONEncodeError as exc:
+            if isinstance(exc.__cause__, _Unsupported):
+                raise _Unsupported from None
+            raise self.error(str(exc), extra=path) from None
+        if self.indent and depth and b"\n" in out and not isinstance(obj, orjson.Fragment):
+            return out.replace(b"\n", self.newline(depth))
+        return out
+
+    def dataclass_items(self, obj: Any) -> list[tuple[str, Any]]:
+        """A dataclass's fields as orjson writes them: ``__dict__`` (or the declared fields for
+        slotted classes), private (``_``) names left out, never sorted."""
+        try:
+            attrs = vars(obj)
+        except TypeError:
+            names: list[str] = [f.name for f in dataclasses.fields(obj)]
+            return [(n, getattr(obj, n)) for n in names if not n.startswith("_")]
+        return [(k, v) for k, v in attrs.items() if not k.startswith("_")]
+
+    def array_walkable(self, array: Any) -> bool:
+        """Whether orjson writes this ndarray itself (so slices of it write the same bytes)."""
+        if array.ndim == 0 or not array.flags.c_contiguous:
+            return False
+        try:
+            _dumps(array.reshape(-1)[:1], option=self.inner)
+        except _JSONEncodeError:
+            return False
+        return True
+
+    def enter_container(self, obj: object, path: tuple[bool, object] | None) -> None:
+        key = id(obj)
+        if key in self.active:
+            raise self.error("Circular reference detected", extra=path)
+        self.active.add(key)
+
+    def push(
+        self,
+        obj: Any,
+        path: tuple[bool, object] | None,
+        depth: int,
+        *,
+        is_map: bool,
+        block: Any,
+        whole: Any = None,
+        source: Any = None,
+        is_async: bool = False,
+        groups: bool = True,
+    ) -> None:
+        self.enter_container(obj, path)
+        if not isinstance(block, (list, tuple)):
+            source, block = block, []
+        self.stack.append(
+            _Container(
+                origin=obj,
+                path=path,
+                depth=depth,
+                is_map=is_map,
+                block=block,
+                source=source,
+                is_async=is_async,
+                whole=whole,
+                groups=groups,
+            )
+        )
+
+    def pop(self, frame: _Container | _Array) -> None:
+        self.stack.pop()
+        self.active.discard(id(frame.array if isinstance(frame, _Array) else frame.origin))
+
+    def step_text(self, frame: _Text) -> Generator[Piece, Any, None]:
+        text, i = frame.text, frame.i
+        if i >= len(text):
+            self.stack.pop()
+            yield b'"'
+            return
+        part = text[i : i + STR_SLICE]
+        frame.i = i + STR_SLICE
+        try:
+            out = _dumps(part)
+        except _JSONEncodeError as exc:
+            raise self.error(str(exc)) from None
+        yield memoryview(out)[1:-1]
+
+    def step_array(self, frame: _Array) -> Generator[Piece | AnextRequest, Any, None]:
+        array, i, depth = frame.array, frame.i, frame.depth
+        n = len(array)
+        if i >= n:
+            self.pop(frame)
+            yield self.newline(depth) + b"]" if self.indent else b"]"
+            return
+        if not frame.first:
+            yield b","
+        frame.first = False
+        if frame.rows == 1 and array[i].size > NUMBERS_PER_SLICE:
+            frame.i = i + 1
+            if self.indent:
+                yield self.newline(depth + 1)
+            yield from self.enter(array[i], (False, i), depth + 1, 0)
+            return
+        frame.i = i + frame.rows
+        part = array[i : i + frame.rows]
+        if self.decimals is not None and part.dtype.kind == "f":
+            part = part.round(self.decimals)
+        try:
+            yield self.dump_group(part, depth)
+        except _JSONEncodeError as exc:
+            raise self.error(str(exc), extra=(False, i)) from None
+
+    def step_container(self, frame: _Container) -> Generator[Piece | AnextRequest, Any, None]:
+        """One step of a container: a group of small elements, or one large element."""
+        whole = frame.whole
+        if whole is not None and len(whole) != frame.length:
+            kind = "dict" if frame.is_map else "list"
+            raise self.error(f"{kind} changed size during encoding")
+        block, i = frame.block, frame.i
+        if i >= len(block):
+            if frame.source is None:
+                yield from self.close(frame)
+                return
+            if frame.is_async:
+                item = yield AnextRequest(frame.source)  # type: ignore[arg-type]
+                block = [] if item is AnextRequest.END else [item]
+            else:
+                try:
+                    block = list(islice(frame.source, MAX_GROUP))  # type: ignore[arg-type]
+                except RuntimeError as exc:
+                    raise self.error(str(exc)) from None
+            if not block:
+                frame.source = None
+            frame.base += len(frame.block)
+            frame.block, frame.i = block, 0
+            if not block:
+                yield from self.close(frame)
+            return
+
+        depth = frame.depth
+        g = frame.group
+        if g:
+            piece = self.try_group(frame, block, i, g)
+            if piece is not None:
+                if not frame.first:
+                    yield b","
+                frame.first = False
+                yield piece
+                return
+            if frame.group > 1:
+                return  # the group shrank; try again with fewer elements
+        # One element on its own: it is large, or not a plain JSON value.
+        frame.i = i + 1
+        if not frame.first:
+            yield b","
+        frame.first = False
+        if self.indent:
+            yield self.newline(depth + 1)
+        if frame.is_map:
+            key, value = block[i]
+            yield self.key_bytes(key)
+            yield b": " if self.indent else b":"
+            path = (True, key)
+        else:
+            value = block[i]
+            path = (False, frame.base + i)
+        yield from self.enter(value, path, depth + 1, 0, big=frame.group == 1)
+
+    def try_group(self, frame: _Container, block: Any, i: int, g: int) -> Piece | None:
+        """Write ``g`` or so elements from ``block[i]`` in one orjson call, if they are small.
+
+        Returns None (and shrinks ``frame.group``) when they are not.
+        """
+        depth = frame.depth
+        if not frame.is_map and type(block[i]) in _NumberSum:
+            part = block[i : i + NUMBERS_PER_SLICE]
+            try:
+                numeric = type(sum(part)) in _NumberSum
+            except TypeError:
+                numeric = False
+            if numeric:
+                try:
+                    piece = self.dump_group(part, depth)
+                except _JSONEncodeError:
+                    frame.group = 1
+                    return None
+                frame.i = i + len(part)
+                return piece
+        part = block[i : i + g]
+        group: Any = dict(part) if frame.is_map else part
+        if frame.is_map and len(group) != len(part):
+            frame.group = 1  # keys equal as Python values (1 and 1.0): write one at a time
+            return None
+        size = self.size([group])
+        if size > GROUP_BYTES:
+            frame.group = 1 if size == _BIG or g == 1 else max(1, g * GROUP_BYTES // size // 4)
+            return None
+        try:
+            piece = self.dump_group(group, depth)
+        except _JSONEncodeError:
+            frame.group = 1
+            return None
+        frame.i = i + len(part)
+        # Aim at half the limit, so that the next group rarely overshoots and is explored twice.
+        frame.group = min(MAX_GROUP, g * 4, max(1, g * (GROUP_BYTES // 2) // max(size, 1)))
+        return piece
+
+    def close(self, frame: _Container) -> Generator[Piece, Any, None]:
+        self.pop(frame)
+        if frame.first or not self.indent:
+            yield frame.closer
+        else:
+            yield self.newline(frame.depth) + frame.closer
+
+
+def _is_ndarray(obj: object) -> bool:
+    t = type(obj)
+    return t.__name__ == "ndarray" and t.__module__ == "numpy"

@@ -1,0 +1,112 @@
+"""Async drivers: encode on the event loop, giving it back whenever the time budget is spent.
+
+Works under asyncio and trio (through anyio). With a budget ``b`` another task on stock asyncio
+waits about ``2.5 * b`` plus the longest single step (see DESIGN section 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from time import perf_counter
+from typing import Any
+
+from anyio.lowlevel import checkpoint
+
+from ._chunks import Chunker
+from ._walk import AnextRequest, Walker
+from .sync import DEFAULT_CHUNK_SIZE
+
+__all__ = ["DEFAULT_BUDGET", "adump", "aiterencode"]
+
+#: Seconds of encoding between two checkpoints, chosen by measurement (see bench/).
+DEFAULT_BUDGET = 0.00025
+
+
+async def aiterencode(
+    obj: Any,
+    *,
+    option: int = 0,
+    default: Callable[[Any], Any] | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    budget: float = DEFAULT_BUDGET,
+    iterables: bool = False,
+    float_decimals: int | None = None,
+) -> AsyncIterator[bytes]:
+    """The JSON of ``obj`` as chunks, yielding to the event loop every ``budget`` seconds.
+
+    Output equals ``orjson.dumps(obj, option=option, default=default)``. With ``iterables``,
+    async iterables are encoded as arrays too. A dict or list that changes size while it is
+    being encoded raises ``EncodeError`` instead of writing a mix of old and new.
+    """
+    if not budget > 0:
+        raise ValueError(f"budget must be a positive number of seconds, not {budget!r}")
+    chunker = Chunker(chunk_size)
+    walk = Walker(
+        obj,
+        option=option,
+        default=default,
+        iterables=iterables,
+        float_decimals=float_decimals,
+        allow_async=True,
+    ).walk()
+    add = chunker.add
+    clock = perf_counter
+    deadline = clock() + budget
+    reply: Any = None
+    try:
+        while True:
+            try:
+                piece = walk.send(reply)
+            except StopIteration:
+                break
+            reply = None
+            if type(piece) is AnextRequest:
+                try:
+                    reply = await piece.aiter.__anext__()
+                except StopAsyncIteration:
+                    reply = AnextRequest.END
+                deadline = clock() + budget
+                continue
+            full = add(piece)  # type: ignore[arg-type]
+            if full is not None:
+                for chunk in full:
+                    yield chunk
+            if clock() >= deadline:
+                await checkpoint()
+                deadline = clock() + budget
+    finally:
+        walk.close()
+    last = chunker.flush()
+    if last is not None:
+        yield last
+
+
+async def adump(
+    obj: Any,
+    write: Callable[[bytes], Awaitable[object]],
+    *,
+    option: int = 0,
+    default: Callable[[Any], Any] | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    budget: float = DEFAULT_BUDGET,
+    iterables: bool = False,
+    float_decimals: int | None = None,
+) -> int:
+    """Await ``write(chunk)`` for each chunk of the JSON of ``obj``; return the bytes written."""
+    written = 0
+    chunks = aiterencode(
+        obj,
+        option=option,
+        default=default,
+        chunk_size=chunk_size,
+        budget=budget,
+        iterables=iterables,
+        float_decimals=float_decimals,
+    )
+    try:
+        async for chunk in chunks:
+            await write(chunk)
+            written += len(chunk)
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+    return written

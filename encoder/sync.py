@@ -1,0 +1,109 @@
+"""Blocking drivers: the whole value as bytes, as an iterator of chunks, or into a file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import orjson
+
+from ._chunks import Chunker
+from ._walk import AnextRequest, Walker
+
+__all__ = ["dump", "encode", "iterencode"]
+
+DEFAULT_CHUNK_SIZE = 64 * 1024
+
+
+class SupportsWrite(Protocol):
+    def write(self, data: bytes, /) -> object: ...
+
+
+def encode(
+    obj: Any,
+    *,
+    option: int = 0,
+    default: Callable[[Any], Any] | None = None,
+    iterables: bool = False,
+    float_decimals: int | None = None,
+) -> bytes:
+    """The JSON of ``obj`` as one ``bytes``, equal to ``orjson.dumps(obj, ...)``.
+
+    Where orjson can encode the value this *is* ``orjson.dumps``; where it cannot (nesting
+    deeper than 254, a cycle, a bad leaf) the walk takes over, so the value encodes or the
+    ``EncodeError`` names the path. On that slow path a ``default`` hook is called again for
+    the objects it already saw.
+    """
+    if float_decimals is None and not iterables:
+        try:
+            return orjson.dumps(obj, option=option, default=default)
+        except orjson.JSONEncodeError:
+            pass
+    return b"".join(
+        Walker(
+            obj, option=option, default=default, iterables=iterables, float_decimals=float_decimals
+        )  # type: ignore[arg-type]
+    )
+
+
+def iterencode(
+    obj: Any,
+    *,
+    option: int = 0,
+    default: Callable[[Any], Any] | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    iterables: bool = False,
+    float_decimals: int | None = None,
+) -> Iterator[bytes]:
+    """The JSON of ``obj`` as non-empty chunks of at most ``chunk_size`` bytes.
+
+    Each ``next()`` does bounded work (about one chunk's worth), so a caller may interleave
+    other work between chunks. Options and errors are as for ``encode``.
+    """
+    chunker = Chunker(chunk_size)
+    walker = Walker(
+        obj, option=option, default=default, iterables=iterables, float_decimals=float_decimals
+    )
+    return _iterencode(walker, chunker)
+
+
+def _iterencode(walker: Walker, chunker: Chunker) -> Iterator[bytes]:
+    add = chunker.add
+    for piece in walker:
+        assert not isinstance(piece, AnextRequest)  # only with allow_async
+        full = add(piece)
+        if full is not None:
+            yield from full
+    last = chunker.flush()
+    if last is not None:
+        yield last
+
+
+def dump(
+    obj: Any,
+    fp: SupportsWrite,
+    *,
+    option: int = 0,
+    default: Callable[[Any], Any] | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    iterables: bool = False,
+    float_decimals: int | None = None,
+) -> int:
+    """Write the JSON of ``obj`` to ``fp`` (anything with ``write(bytes)``) chunk by chunk.
+
+    Returns the number of bytes written. On ``EncodeError`` what was already written stays
+    written: write to a temporary file and rename it if a partial document must never be seen.
+    """
+    written = 0
+    write = fp.write
+    for chunk in iterencode(
+        obj,
+        option=option,
+        default=default,
+        chunk_size=chunk_size,
+        iterables=iterables,
+        float_decimals=float_decimals,
+    ):
+        write(chunk)
+        written += len(chunk)
+    return written
