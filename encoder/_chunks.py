@@ -8,39 +8,50 @@ __all__ = ["Chunker"]
 
 
 class Chunker:
-    """Collects pieces; hands back full chunks as they form, never an empty one."""
+    """Collects pieces; hands back full chunks as they form, never an empty one.
 
-    __slots__ = ("buf", "size")
+    Each output byte is copied once (``b"".join`` of the pieces a chunk spans); a piece that
+    is a whole chunk by itself is handed on without a copy.
+    """
+
+    __slots__ = ("pending", "pending_bytes", "size")
 
     def __init__(self, chunk_size: int) -> None:
         if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int, not {chunk_size!r}")
         self.size = chunk_size
-        self.buf = bytearray()
+        self.pending: list[Piece] = []
+        self.pending_bytes = 0
 
     def add(self, piece: Piece) -> list[bytes] | None:
         """Take one piece; return the chunks it completed, or None."""
-        buf, size = self.buf, self.size
-        room = size - len(buf)
         n = len(piece)
+        room = self.size - self.pending_bytes
         if n < room:
-            buf += piece
+            if n:
+                self.pending.append(piece)
+                self.pending_bytes += n
             return None
+        size = self.size
         view = memoryview(piece)
-        buf += view[:room]
-        out = [bytes(buf)]
-        buf.clear()
+        pending = self.pending
+        pending.append(view[:room] if n > room else piece)
+        out = [b"".join(pending)]
+        pending.clear()
         pos = room
         while n - pos >= size:
             out.append(bytes(view[pos : pos + size]))
             pos += size
-        buf += view[pos:]
+        self.pending_bytes = n - pos
+        if pos < n:
+            pending.append(view[pos:])
         return out
 
     def flush(self) -> bytes | None:
         """The last, partial chunk (None when nothing is left)."""
-        if not self.buf:
+        if not self.pending_bytes:
             return None
-        out = bytes(self.buf)
-        self.buf.clear()
+        out = b"".join(self.pending)
+        self.pending.clear()
+        self.pending_bytes = 0
         return out
