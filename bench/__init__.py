@@ -1,0 +1,1 @@
+"""Benchmarks of nodewise against its peers: ``python -m bench [--quick] [--json PATH]``."""

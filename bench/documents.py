@@ -1,0 +1,82 @@
+"""The documents the benchmark encodes, each part rebuilt fresh on demand from a short spec.
+
+A spec is ``episode:<bytes>:<seed>`` (``make_episode``) or ``corpus:<name>`` (a file of
+``../shared/corpus`` re-parsed with ``orjson.loads``), so a subprocess can rebuild the same part.
+"""
+
+from __future__ import annotations
+
+import lzma
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .episodes import make_episode, sample_sizes
+
+__all__ = ["CORPUS", "CORPUS_FILES", "MB", "Document", "Part", "documents"]
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS_FILES = ("twitter", "citm_catalog", "canada", "github")
+MB = 1_000_000
+EPISODE_SEED = 1
+MIX_SEED = 0
+MIX_EPISODE_SEED = 1000
+
+
+@cache
+def _corpus_bytes(name: str) -> bytes:
+    with lzma.open(CORPUS / f"{name}.json.xz") as f:
+        return f.read()
+
+
+@dataclass(frozen=True)
+class Part:
+    spec: str
+
+    def build(self) -> Any:
+        """A fresh copy: a newly built episode, or a newly parsed corpus file."""
+        kind, _, rest = self.spec.partition(":")
+        if kind == "episode":
+            size, seed = rest.split(":")
+            return make_episode(int(size), seed=int(seed))
+        if kind == "corpus":
+            return orjson.loads(_corpus_bytes(rest))
+        raise ValueError(f"unknown document spec {self.spec!r}")
+
+
+@dataclass
+class Document:
+    name: str
+    kind: str  # "episode" | "mix" | "corpus"
+    parts: list[Part]
+    sizes: list[int] = field(default_factory=list)  # orjson bytes of each part
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.sizes)
+
+    def largest(self) -> Part:
+        return max(zip(self.sizes, self.parts, strict=True), key=lambda sp: sp[0])[1]
+
+    def measure(self) -> None:
+        self.sizes = [len(orjson.dumps(part.build())) for part in self.parts]
+
+
+def documents(mix_episodes: int) -> list[Document]:
+    """Episodes of 1, 6.4 and 60 MB, a production mix, and the four corpus files (measured)."""
+    docs = [
+        Document(f"episode {label} MB", "episode", [Part(f"episode:{size}:{EPISODE_SEED}")])
+        for label, size in (("1", 1 * MB), ("6.4", 6_400_000), ("60", 60 * MB))
+    ]
+    sizes = sample_sizes(mix_episodes, seed=MIX_SEED)
+    parts = [Part(f"episode:{size}:{MIX_EPISODE_SEED + i}") for i, size in enumerate(sizes)]
+    docs.append(Document(f"production mix ({len(parts)} eps)", "mix", parts))
+    docs.extend(
+        Document(f"{name}.json", "corpus", [Part(f"corpus:{name}")]) for name in CORPUS_FILES
+    )
+    for doc in docs:
+        doc.measure()
+    return docs
