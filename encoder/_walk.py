@@ -49,6 +49,8 @@ NUMBER_SLICE_BYTES: Final = 64 * 1024
 STR_SLICE: Final = 64 * 1024
 #: Most elements of a list, dict or iterator looked at in one step.
 MAX_GROUP: Final = 4096
+#: Containers this short are planned element by element; longer ones are grouped adaptively.
+PLAN_ELEMENTS: Final = 32
 #: orjson's own limit on chained ``default`` calls; we stop at the same place.
 DEFAULT_CHAIN_LIMIT: Final = 254
 
@@ -76,11 +78,18 @@ class AnextRequest:
 
 
 class _Container:
-    """A list, tuple, dict, iterator or dataclass being walked element by element."""
+    """A list, tuple, dict, iterator or dataclass being walked element by element.
+
+    Elements are taken a block at a time (the list itself, a dict's items, or what an
+    iterator yields). A short block is planned once: each element's size estimated, runs of
+    small ones written by one orjson call each, large ones walked on their own. A long block
+    is cut into groups whose size adapts to what the previous groups measured.
+    """
 
     __slots__ = (
         "base",
         "block",
+        "cap",
         "closer",
         "depth",
         "first",
@@ -92,6 +101,7 @@ class _Container:
         "numbers",
         "origin",
         "path",
+        "plan",
         "source",
         "whole",
     )
@@ -113,18 +123,24 @@ class _Container:
         self.path = path
         self.depth = depth
         self.is_map = is_map
-        self.block = block
         self.source = source
         self.is_async = is_async
         # A list is its own block; a length change while we walk it is a caller's bug.
         self.whole = whole
         self.length = len(whole) if whole is not None else -1
-        self.i = 0
-        self.base = 0
-        self.group = 1 if groups else 0
+        self.base = 0  # index of block[0] in the whole sequence
+        self.group = 1 if groups else 0  # adaptive group size; 0: one element at a time
+        self.cap = 0  # a group may not reach past this index (a larger one was too big)
         self.numbers = NUMBERS_PER_SLICE
         self.first = True
         self.closer = b"}" if is_map else b"]"
+        self.block = block
+        self.i = 0  # next element of the block (adaptive) or next segment (planned)
+        self.plan: list[tuple[int, int, int]] | None = None
+
+
+#: Kinds of a planned segment: elements written together, or one element walked alone.
+_RUN, _ALONE, _ALONE_BIG = 0, 1, 2
 
 
 class _Text:
@@ -331,8 +347,11 @@ class Walker:
             raise self.error(str(exc), extra=(True, key)) from None
 
     def map_items(self, mapping: Any) -> list[Any] | Iterator[Any]:
-        """The items of a dict in the order orjson writes them."""
+        """The items of a dict in the order orjson writes them: a list when sorted or short,
+        else an iterator (so a huge dict is never copied in one step)."""
         if not self.sort:
+            if len(mapping) <= PLAN_ELEMENTS:
+                return list(dict.items(mapping))
             return iter(dict.items(mapping))
         items = list(dict.items(mapping))
         if all(type(k) is str for k, _ in items):
@@ -349,18 +368,30 @@ class Walker:
         return self.walk()
 
     def walk(self) -> Generator[Piece | AnextRequest, Any, None]:
-        """Yield the JSON of the value in pieces, one bounded step per piece."""
+        """Yield the JSON of the value in pieces, one bounded step at a time.
+
+        A step that writes nothing yields ``b""``, so a driver can look at its clock.
+        """
         stack = self.stack
-        yield from self.enter(self.obj, None, 0, 0)
+        out: list[Piece] = []
+        self.enter(self.obj, None, 0, 0, out)
+        yield from out
         while stack:
+            out.clear()
             frame = stack[-1]
             if type(frame) is _Container:
-                yield from self.step_container(frame)
+                request = self.step_container(frame, out)
+                if request is not None:
+                    self.received(frame, (yield request))
             elif type(frame) is _Text:
-                yield from self.step_text(frame)
+                self.step_text(frame, out)
             else:
                 assert type(frame) is _Array
-                yield from self.step_array(frame)
+                self.step_array(frame, out)
+            if out:
+                yield from out
+            else:
+                yield b""
         if self.option & OPT_APPEND_NEWLINE:
             yield b"\n"
 
@@ -370,9 +401,10 @@ class Walker:
         path: tuple[bool, object] | None,
         depth: int,
         chain: int,
+        out: list[Piece],
         *,
         big: bool = False,
-    ) -> Generator[Piece | AnextRequest, Any, None]:
+    ) -> None:
         """Write ``obj`` whole if it is small, else push a frame that walks it.
 
         ``big`` says the caller already found it too large to write whole.
@@ -380,10 +412,10 @@ class Walker:
         t = type(obj)
         if t is str:
             if len(obj) <= STR_SLICE:
-                yield self.dump_leaf(obj, path)
+                out.append(self.dump_leaf(obj, path))
             else:
                 self.stack.append(_Text(obj, path))
-                yield b'"'
+                out.append(b'"')
             return
         if (t is list or t is tuple) and obj and type(obj[0]) in _NumberSum:
             # A list of numbers, proven so by ``sum`` (~4 ns an element): whole if short.
@@ -394,7 +426,7 @@ class Walker:
                     numeric = False
                 if numeric:
                     try:
-                        yield self.dump_whole(obj, depth)
+                        out.append(self.dump_whole(obj, depth))
                         return
                     except _JSONEncodeError:
                         pass  # a bad number: walk it to find which
@@ -402,41 +434,43 @@ class Walker:
         if t is dict or t is list or t is tuple:
             if not big and self.size([obj]) <= GROUP_BYTES:
                 try:
-                    yield self.dump_whole(obj, depth)
+                    out.append(self.dump_whole(obj, depth))
                     return
                 except _JSONEncodeError:
                     pass  # too deep for orjson, or a bad leaf: walk it to find which
         elif t in self.plain:
-            yield self.dump_leaf(obj, path)
+            out.append(self.dump_leaf(obj, path))
             return
         if t is dict or (self.subclasses and isinstance(obj, dict)):
             self.push(obj, path, depth, is_map=True, block=self.map_items(obj), whole=obj)
-            yield b"{"
+            out.append(b"{")
         elif t is list or t is tuple or (self.subclasses and isinstance(obj, list)):
             self.push(obj, path, depth, is_map=False, block=obj, whole=obj)
-            yield b"["
+            out.append(b"[")
         elif self.subclasses and isinstance(obj, str):
-            yield from self.enter(str(obj), path, depth, chain)
+            self.enter(str(obj), path, depth, chain, out)
         elif (
             self.dataclasses
             and hasattr(type(obj), "__dataclass_fields__")
             and not isinstance(obj, type)
         ):
+            # Field by field: orjson never sorts a dataclass's keys, so no group of them may
+            # go through one orjson call with OPT_SORT_KEYS.
             fields = self.dataclass_items(obj)
             self.push(obj, path, depth, is_map=True, block=fields, groups=False)
-            yield b"{"
+            out.append(b"{")
         elif isinstance(obj, enum.Enum):
-            yield from self.enter(obj.value, path, depth, chain)
+            self.enter(obj.value, path, depth, chain, out)
         elif self.numpy and _is_ndarray(obj) and self.array_walkable(obj):
             if obj.size <= NUMBERS_PER_SLICE or len(obj) == 0:
-                yield self.dump_leaf(obj, path, depth)
+                out.append(self.dump_leaf(obj, path, depth))
             else:
                 self.enter_container(obj, path)
                 self.stack.append(_Array(obj, path, depth))
-                yield b"["
+                out.append(b"[")
         elif self.iterables and isinstance(obj, Iterator):
             self.push(obj, path, depth, is_map=False, block=[], source=obj)
-            yield b"["
+            out.append(b"[")
         elif self.iterables and isinstance(obj, AsyncIterable):
             if not self.allow_async:
                 raise self.error(
@@ -444,10 +478,10 @@ class Walker:
                 )
             source = obj.__aiter__()
             self.push(obj, path, depth, is_map=False, block=[], source=source, is_async=True)
-            yield b"["
+            out.append(b"[")
         else:
             try:
-                yield self.dump_leaf(obj, path, depth, probe=self.default is not None)
+                out.append(self.dump_leaf(obj, path, depth, probe=self.default is not None))
             except _Unsupported:
                 assert self.default is not None
                 if chain >= DEFAULT_CHAIN_LIMIT:
@@ -462,7 +496,7 @@ class Walker:
                         f"(default raised {type(exc).__name__}: {exc})",
                         extra=path,
                     ) from exc
-                yield from self.enter(value, path, depth, chain + 1)
+                self.enter(value, path, depth, chain + 1, out)
 
     def dump_leaf(
         self, obj: Any, path: tuple[bool, object] | None, depth: int = 0, *, probe: bool = False
@@ -524,123 +558,225 @@ class Walker:
         source: Any = None,
         is_async: bool = False,
         groups: bool = True,
+        plan: list[tuple[int, int, int]] | None = None,
     ) -> None:
         self.enter_container(obj, path)
         if not isinstance(block, (list, tuple)):
             source, block = block, []
-        self.stack.append(
-            _Container(
-                origin=obj,
-                path=path,
-                depth=depth,
-                is_map=is_map,
-                block=block,
-                source=source,
-                is_async=is_async,
-                whole=whole,
-                groups=groups,
-            )
+        frame = _Container(
+            origin=obj,
+            path=path,
+            depth=depth,
+            is_map=is_map,
+            block=block,
+            source=source,
+            is_async=is_async,
+            whole=whole,
+            groups=groups,
         )
+        if plan is not None:
+            frame.plan = plan
+        elif block and groups and len(block) <= PLAN_ELEMENTS:
+            frame.plan = self.plan(block, is_map)
+        self.stack.append(frame)
 
     def pop(self, frame: _Container | _Array) -> None:
         self.stack.pop()
         self.active.discard(id(frame.array if isinstance(frame, _Array) else frame.origin))
 
-    def step_text(self, frame: _Text) -> Generator[Piece, Any, None]:
+    def step_text(self, frame: _Text, out: list[Piece]) -> None:
         text, i = frame.text, frame.i
         if i >= len(text):
             self.stack.pop()
-            yield b'"'
+            out.append(b'"')
             return
         part = text[i : i + STR_SLICE]
         frame.i = i + STR_SLICE
         try:
-            out = _dumps(part)
+            data = _dumps(part)
         except _JSONEncodeError as exc:
             raise self.error(str(exc)) from None
-        yield memoryview(out)[1:-1]
+        out.append(memoryview(data)[1:-1])
 
-    def step_array(self, frame: _Array) -> Generator[Piece | AnextRequest, Any, None]:
+    def step_array(self, frame: _Array, out: list[Piece]) -> None:
         array, i, depth = frame.array, frame.i, frame.depth
         n = len(array)
         if i >= n:
             self.pop(frame)
-            yield self.newline(depth) + b"]" if self.indent else b"]"
+            out.append(self.newline(depth) + b"]" if self.indent else b"]")
             return
         if not frame.first:
-            yield b","
+            out.append(b",")
         frame.first = False
         if frame.rows == 1 and array[i].size > NUMBERS_PER_SLICE:
             frame.i = i + 1
             if self.indent:
-                yield self.newline(depth + 1)
-            yield from self.enter(array[i], (False, i), depth + 1, 0)
+                out.append(self.newline(depth + 1))
+            self.enter(array[i], (False, i), depth + 1, 0, out)
             return
         frame.i = i + frame.rows
         part = array[i : i + frame.rows]
         if self.decimals is not None and part.dtype.kind == "f":
             part = part.round(self.decimals)
         try:
-            yield self.dump_group(part, depth)
+            out.append(self.dump_group(part, depth))
         except _JSONEncodeError as exc:
             raise self.error(str(exc), extra=(False, i)) from None
 
-    def step_container(self, frame: _Container) -> Generator[Piece | AnextRequest, Any, None]:
-        """One step of a container: a group of small elements, or one large element."""
+    # -- containers ----------------------------------------------------------------------
+
+    def estimate(self, value: Any) -> int:
+        """Estimated JSON bytes of one element, more than ``GROUP_BYTES`` when it must be
+        walked on its own (large, a long list of numbers, or not a plain JSON type)."""
+        t = type(value)
+        if t is str:
+            return len(value) + 2
+        if t is int or t is float or t is bool or value is None:
+            return 8
+        if t is list or t is tuple:
+            if len(value) > 256 and type(value[0]) in _NumberSum:
+                return _BIG  # ``enter`` proves it numeric more cheaply than ``size``
+            return self.size([value])
+        if t is dict:
+            return self.size([value])
+        if self.check_types and t in self.plain:
+            return 40  # date, time, datetime
+        return _BIG
+
+    def plan(self, block: Any, is_map: bool) -> list[tuple[int, int, int]]:
+        """Segments of a short block: runs of small elements written together (up to
+        ``GROUP_BYTES`` each), and elements walked alone."""
+        plan: list[tuple[int, int, int]] = []
+        run_start = -1
+        run_bytes = 0
+        estimate = self.estimate
+        for idx in range(len(block)):
+            if is_map:
+                key, value = block[idx]
+                size = estimate(value) + (len(key) if type(key) is str else 8)
+            else:
+                size = estimate(block[idx])
+            if size > GROUP_BYTES:
+                if run_start >= 0:
+                    plan.append((run_start, idx, _RUN))
+                    run_start = -1
+                plan.append((idx, idx + 1, _ALONE_BIG if size != _BIG else _ALONE))
+                continue
+            if run_start >= 0 and run_bytes + size > GROUP_BYTES:
+                plan.append((run_start, idx, _RUN))
+                run_start = -1
+            if run_start < 0:
+                run_start, run_bytes = idx, 0
+            run_bytes += size
+        if run_start >= 0:
+            plan.append((run_start, len(block), _RUN))
+        return plan
+
+    def step_container(self, frame: _Container, out: list[Piece]) -> AnextRequest | None:
+        """One step of a container: a group of small elements, or one large element.
+
+        Returns a request when the next element must come from an async iterable.
+        """
         whole = frame.whole
         if whole is not None and len(whole) != frame.length:
             kind = "dict" if frame.is_map else "list"
             raise self.error(f"{kind} changed size during encoding")
-        block, i = frame.block, frame.i
-        if i >= len(block):
-            if frame.source is None:
-                yield from self.close(frame)
-                return
-            if frame.is_async:
-                item = yield AnextRequest(frame.source)  # type: ignore[arg-type]
-                block = [] if item is AnextRequest.END else [item]
-            else:
-                try:
-                    block = list(islice(frame.source, MAX_GROUP))  # type: ignore[arg-type]
-                except RuntimeError as exc:
-                    raise self.error(str(exc)) from None
-            if not block:
-                frame.source = None
-            frame.base += len(frame.block)
-            frame.block, frame.i = block, 0
-            if not block:
-                yield from self.close(frame)
-            return
+        block = frame.block
+        plan = frame.plan
+        if plan is not None:
+            if frame.i < len(plan):
+                self.step_planned(frame, plan, out)
+                return None
+        elif frame.i < len(block):
+            self.step_adaptive(frame, out)
+            return None
+        # This block is done: the next one, or the end.
+        if frame.source is None:
+            self.close(frame, out)
+            return None
+        if frame.is_async:
+            return AnextRequest(frame.source)  # type: ignore[arg-type]
+        try:
+            nxt = list(islice(frame.source, MAX_GROUP))  # type: ignore[arg-type]
+        except RuntimeError as exc:
+            raise self.error(str(exc)) from None
+        self.next_block(frame, nxt)
+        if not nxt:
+            self.close(frame, out)
+        return None
 
+    def received(self, frame: _Container, item: Any) -> None:
+        """The async driver's answer to an ``AnextRequest``."""
+        self.next_block(frame, [] if item is AnextRequest.END else [item])
+
+    def next_block(self, frame: _Container, block: list[Any]) -> None:
+        frame.base += len(frame.block)
+        frame.block, frame.i, frame.cap = block, 0, 0
+        if not block:
+            frame.source = None
+        frame.plan = (
+            self.plan(block, frame.is_map)
+            if block and frame.group and len(block) <= PLAN_ELEMENTS
+            else None
+        )
+
+    def step_planned(
+        self, frame: _Container, plan: list[tuple[int, int, int]], out: list[Piece]
+    ) -> None:
+        start, end, kind = plan[frame.i]
+        frame.i += 1
+        block = frame.block
+        if kind == _RUN:
+            part = block[start:end]
+            group: Any = dict(part) if frame.is_map else part
+            try:
+                if len(group) != len(part):
+                    raise _JSONEncodeError("keys equal as Python values (1 and 1.0)")
+                piece = self.dump_group(group, frame.depth)
+            except _JSONEncodeError:
+                # A bad value (or nesting orjson refuses) in the run: walk it one by one.
+                plan[frame.i - 1 : frame.i] = [(j, j + 1, _ALONE) for j in range(start, end)]
+                frame.i -= 1
+                return
+            if not frame.first:
+                out.append(b",")
+            frame.first = False
+            out.append(piece)
+            return
+        self.element(frame, start, out, big=kind == _ALONE_BIG)
+
+    def element(self, frame: _Container, i: int, out: list[Piece], *, big: bool) -> None:
+        """Write one element of the block on its own (it is large, or not plain JSON)."""
+        if not frame.first:
+            out.append(b",")
+        frame.first = False
         depth = frame.depth
-        g = frame.group
-        if g:
-            piece = self.try_group(frame, block, i, g)
+        if self.indent:
+            out.append(self.newline(depth + 1))
+        if frame.is_map:
+            key, value = frame.block[i]
+            out.append(self.key_bytes(key))
+            out.append(b": " if self.indent else b":")
+            path: tuple[bool, object] = (True, key)
+        else:
+            value = frame.block[i]
+            path = (False, frame.base + i)
+        self.enter(value, path, depth + 1, 0, out, big=big)
+
+    def step_adaptive(self, frame: _Container, out: list[Piece]) -> None:
+        i = frame.i
+        if frame.group:
+            piece = self.try_group(frame, frame.block, i, frame.group)
             if piece is not None:
                 if not frame.first:
-                    yield b","
+                    out.append(b",")
                 frame.first = False
-                yield piece
+                out.append(piece)
                 return
             if frame.group > 1:
-                yield b""  # the group shrank: let the driver look at its clock, then retry
-                return
-        # One element on its own: it is large, or not a plain JSON value.
+                return  # the group shrank: try again with fewer elements
         frame.i = i + 1
-        if not frame.first:
-            yield b","
-        frame.first = False
-        if self.indent:
-            yield self.newline(depth + 1)
-        if frame.is_map:
-            key, value = block[i]
-            yield self.key_bytes(key)
-            yield b": " if self.indent else b":"
-            path = (True, key)
-        else:
-            value = block[i]
-            path = (False, frame.base + i)
-        yield from self.enter(value, path, depth + 1, 0, big=frame.group == 1)
+        self.element(frame, i, out, big=frame.group == 1)
 
     def try_group(self, frame: _Container, block: Any, i: int, g: int) -> Piece | None:
         """Write ``g`` or so elements from ``block[i]`` in one orjson call, if they are small.
@@ -663,11 +799,14 @@ class Walker:
                     return None
                 frame.i = i + len(part)
                 if len(part) == n:
+                    # Aim the next slice at NUMBER_SLICE_BYTES of output.
                     frame.numbers = min(
                         16 * NUMBERS_PER_SLICE,
                         max(256, n * NUMBER_SLICE_BYTES // max(len(piece), 1)),
                     )
                 return piece
+        if frame.cap > i:
+            g = min(g, frame.cap - i)
         if g == 1:
             value = block[i][1] if frame.is_map else block[i]
             t = type(value)
@@ -680,24 +819,27 @@ class Walker:
             return None
         size = self.size([group])
         if size > GROUP_BYTES:
+            # Something in block[i:i+g] is large: no group may reach past it until it is found.
+            frame.cap = i + g
             frame.group = 1 if size == _BIG or g == 1 else max(1, g * GROUP_BYTES // size // 4)
             return None
         try:
             piece = self.dump_group(group, depth)
         except _JSONEncodeError:
             frame.group = 1
+            frame.cap = i + g
             return None
         frame.i = i + len(part)
         # Aim at half the limit, so that the next group rarely overshoots and is explored twice.
         frame.group = min(MAX_GROUP, g * 4, max(1, g * (GROUP_BYTES // 2) // max(size, 1)))
         return piece
 
-    def close(self, frame: _Container) -> Generator[Piece, Any, None]:
+    def close(self, frame: _Container, out: list[Piece]) -> None:
         self.pop(frame)
         if frame.first or not self.indent:
-            yield frame.closer
+            out.append(frame.closer)
         else:
-            yield self.newline(frame.depth) + frame.closer
+            out.append(self.newline(frame.depth) + frame.closer)
 
 
 def _is_ndarray(obj: object) -> bool:

@@ -6,7 +6,7 @@ waits about ``2.5 * b`` plus the longest single step (see DESIGN section 3).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
@@ -31,7 +31,7 @@ async def aiterencode(
     budget: float = DEFAULT_BUDGET,
     iterables: bool = False,
     float_decimals: int | None = None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The JSON of ``obj`` as chunks, yielding to the event loop every ``budget`` seconds.
 
     Output equals ``orjson.dumps(obj, option=option, default=default)``. With ``iterables``,
@@ -108,5 +108,5 @@ async def adump(
             await write(chunk)
             written += len(chunk)
     finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
+        await chunks.aclose()
     return written
