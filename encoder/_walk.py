@@ -254,43 +254,36 @@ class Walker:
         """
         plain = self.plain
         check_types = self.check_types
-        total = 0
+        total = 8 * len(level)
         while level:
+            # A level is measured, and the next one gathered, a slice at a time: a subtree
+            # that is too big is found so after about GROUP_BYTES / 8 objects looked at.
+            following: list[Any] = []
             n = len(level)
-            total += 8 * n
-            if total > GROUP_BYTES:
-                return total
-            if check_types and not plain.issuperset(map(type, level)):
-                return _BIG
-            # Long levels are measured a slice at a time, so a subtree that is too big is
-            # found too big after about GROUP_BYTES of looking, not after a whole level.
-            lengths = 0
-            numbers_only = True
             for j in range(0, n, _LEVEL_SLICE):
                 part = level if n <= _LEVEL_SLICE else level[j : j + _LEVEL_SLICE]
+                if check_types and not plain.issuperset(map(type, part)):
+                    return _BIG
                 if type(part[0]) in _NumberSum:
                     try:
                         # Only numbers (``hypot`` takes nothing else and, unlike ``sum``,
-                        # never adds up arrays): 8 bytes each, nothing below them.
+                        # never adds up arrays): nothing below them.
                         hypot(*part)
                         continue
                     except (TypeError, ValueError, OverflowError):
                         pass
-                numbers_only = False
                 try:
-                    lengths += sum(map(len, part))
+                    total += sum(map(len, part))  # string characters, container items
                 except TypeError:
-                    lengths += sum(map(length_hint, part))
-                if total + lengths > GROUP_BYTES:
-                    return total + lengths
-            if numbers_only:
-                return total
-            total += lengths
-            # ``lengths`` also bounds the next level (containers' items, 8 bytes each, and
-            # strings' characters): do not build one that can only be too big.
-            if 2 * lengths > GROUP_BYTES:
-                return total + lengths
-            level = get_referents(*level)
+                    total += sum(map(length_hint, part))
+                if total > GROUP_BYTES:
+                    return total
+                below = get_referents(*part)
+                total += 8 * len(below)
+                if total > GROUP_BYTES:
+                    return total
+                following += below
+            level = following
         return total
 
     def error(self, message: str, *, extra: tuple[bool, object] | None = None) -> EncodeError:

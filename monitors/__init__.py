@@ -1,1 +1,26 @@
-__all__: list[str] = []
+"""Monitor backends for a training orchestrator: files, the Prime Traces API and W&B.
+
+Every monitor logs metrics and episodes without blocking the event loop and accounts for
+every record it was given: delivered, or lost with a reason (``Monitor.stats()``).
+"""
+
+from .base import DeliveryStats, Monitor, Monitors
+from .errors import MonitorError, TraceFormatError, TraceWriteError, UploadError
+from .file import FileMonitor
+from .lag import LagStats, LoopLagProbe
+from .records import Kind, Subset
+
+__all__ = [
+    "DeliveryStats",
+    "FileMonitor",
+    "Kind",
+    "LagStats",
+    "LoopLagProbe",
+    "Monitor",
+    "MonitorError",
+    "Monitors",
+    "Subset",
+    "TraceFormatError",
+    "TraceWriteError",
+    "UploadError",
+]

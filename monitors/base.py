@@ -1,0 +1,188 @@
+"""The Monitor interface, delivery accounting, and a fan-out that never raises into the caller."""
+
+from __future__ import annotations
+
+import logging
+import math
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from .records import Kind, Subset
+
+__all__ = ["DeliveryStats", "Monitor", "Monitors", "finite_metrics"]
+
+log = logging.getLogger("monitors")
+
+
+@dataclass(frozen=True)
+class DeliveryStats:
+    """What happened to the records a monitor was given.
+
+    ``submitted == delivered + sum(lost.values()) + pending`` at every moment; after
+    ``finalize`` nothing is pending.
+    """
+
+    submitted: int = 0
+    delivered: int = 0
+    lost: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def lost_total(self) -> int:
+        return sum(self.lost.values())
+
+    @property
+    def pending(self) -> int:
+        return self.submitted - self.delivered - self.lost_total
+
+    def __add__(self, other: DeliveryStats) -> DeliveryStats:
+        lost = Counter(self.lost)
+        lost.update(other.lost)
+        return DeliveryStats(
+            self.submitted + other.submitted, self.delivered + other.delivered, dict(lost)
+        )
+
+
+class Ledger:
+    """The mutable counts behind ``DeliveryStats`` (one per monitor)."""
+
+    __slots__ = ("delivered", "lost", "submitted")
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.delivered = 0
+        self.lost: Counter[str] = Counter()
+
+    def snapshot(self) -> DeliveryStats:
+        return DeliveryStats(self.submitted, self.delivered, dict(self.lost))
+
+
+class Monitor(ABC):
+    """Where a training run's metrics and episodes go. Use as ``async with``: entering
+    starts it, leaving finalizes it."""
+
+    async def start(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """Open files, sessions and background work."""
+
+    @abstractmethod
+    async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
+        """Record one step's scalar metrics."""
+
+    @abstractmethod
+    async def log_episodes(
+        self,
+        episodes: Iterable[Any],
+        *,
+        step: int,
+        kind: Kind = "train",
+        subset: Subset = "effective",
+    ) -> None:
+        """Record episodes: Mappings, or objects with ``to_record()`` (built when encoded)."""
+
+    async def log(
+        self,
+        data: Mapping[str, Any] | Iterable[Any],
+        *,
+        step: int,
+        kind: Kind = "train",
+        subset: Subset = "effective",
+    ) -> None:
+        """``log_metrics`` for a Mapping, ``log_episodes`` for anything else."""
+        if isinstance(data, Mapping):
+            await self.log_metrics(data, step=step)
+        else:
+            await self.log_episodes(data, step=step, kind=kind, subset=subset)
+
+    @abstractmethod
+    async def finalize(self) -> None:
+        """Deliver what is pending, close everything; calling it again does nothing."""
+
+    @abstractmethod
+    def stats(self) -> DeliveryStats:
+        """Records submitted, delivered, and lost by reason, so far."""
+
+    async def __aenter__(self) -> Monitor:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.finalize()
+
+
+class Monitors(Monitor):
+    """Logs to every monitor at once; a monitor that fails is logged (with its traceback)
+    and counted in ``failures``, never raised into the caller."""
+
+    def __init__(self, *monitors: Monitor) -> None:
+        self.monitors = list(monitors)
+        self.failures: Counter[str] = Counter()
+
+    async def _each(self, what: str, call: Any, *args: Any, **kwargs: Any) -> None:
+        async def one(monitor: Monitor) -> None:
+            try:
+                await getattr(monitor, call)(*args, **kwargs)
+            except Exception:
+                name = type(monitor).__name__
+                self.failures[name] += 1
+                log.warning("%s.%s failed during %s", name, call, what, exc_info=True)
+
+        async with anyio.create_task_group() as group:
+            for monitor in self.monitors:
+                group.start_soon(one, monitor)
+
+    async def start(self) -> None:
+        await self._each("start", "start")
+
+    async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
+        await self._each(f"step {step}", "log_metrics", metrics, step=step)
+
+    async def log_episodes(
+        self,
+        episodes: Iterable[Any],
+        *,
+        step: int,
+        kind: Kind = "train",
+        subset: Subset = "effective",
+    ) -> None:
+        batch = list(episodes)  # every monitor sees the same episodes
+        await self._each(f"step {step}", "log_episodes", batch, step=step, kind=kind, subset=subset)
+
+    async def finalize(self) -> None:
+        await self._each("finalize", "finalize")
+
+    def stats(self) -> DeliveryStats:
+        total = DeliveryStats()
+        for monitor in self.monitors:
+            total = total + monitor.stats()
+        return total
+
+    def stats_by_monitor(self) -> dict[str, DeliveryStats]:
+        return {type(m).__name__: m.stats() for m in self.monitors}
+
+
+def finite_metrics(metrics: Mapping[str, Any], *, step: int) -> dict[str, Any]:
+    """The metrics without NaN and infinities; a warning names every key dropped."""
+    kept: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, value in metrics.items():
+        try:
+            finite = isinstance(value, bool) or math.isfinite(value)
+        except (TypeError, ValueError, OverflowError):
+            finite = True  # not a number (or an int beyond float): the encoder decides
+        if finite:
+            kept[str(key)] = value
+        else:
+            dropped.append(str(key))
+    if dropped:
+        log.warning("step %d: dropped non-finite metrics: %s", step, ", ".join(dropped))
+    return kept

@@ -1,0 +1,146 @@
+"""FileMonitor: metrics to a JSONL file, episodes to one trace stream per (kind, subset)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+import encoder
+
+from .base import DeliveryStats, Ledger, Monitor, finite_metrics
+from .errors import TraceWriteError
+from .records import Kind, Subset, build_record, check_kind
+from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
+
+__all__ = ["FileMonitor"]
+
+log = logging.getLogger("monitors.file")
+
+
+class FileMonitor(Monitor):
+    """Writes a run to ``root``::
+
+        root/metrics.jsonl                      {"step", "time", "metrics"} per call
+        root/traces/<kind>/<subset>/00000.jsonl  one episode per line (see monitors.traces)
+
+    ``log_episodes`` returns once its episodes are written, in order, while the event loop
+    keeps serving other tasks (encoding is cooperative, file writes run in a worker thread).
+    A record that cannot be encoded is counted lost (``encode_error``) and the rest of the
+    call goes on; a disk that refuses raises ``TraceWriteError`` after counting what was lost
+    (``write_error``), and the stream stays readable up to its last complete record.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        option: int = 0,
+        default: Callable[[Any], Any] | None = None,
+        fsync: bool = True,
+    ) -> None:
+        self.root = Path(root)
+        self.chunk_bytes = chunk_bytes
+        self.option = option
+        self.default = default
+        self.fsync = fsync
+        self._ledger = Ledger()
+        self._streams: dict[tuple[str, str], TraceWriter] = {}
+        self._metrics_lock = anyio.Lock()
+        self._finalized = False
+
+    def stream_dir(self, kind: Kind, subset: Subset) -> Path:
+        return self.root / "traces" / kind / subset
+
+    def _stream(self, kind: Kind, subset: Subset) -> TraceWriter:
+        key = (kind, subset)
+        writer = self._streams.get(key)
+        if writer is None:
+            writer = TraceWriter(
+                self.stream_dir(kind, subset),
+                chunk_bytes=self.chunk_bytes,
+                option=self.option,
+                default=self.default,
+                fsync=self.fsync,
+            )
+            self._streams[key] = writer
+        return writer
+
+    async def start(self) -> None:
+        await anyio.to_thread.run_sync(lambda: self.root.mkdir(parents=True, exist_ok=True))
+
+    async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
+        self._check_open()
+        line = orjson.dumps(
+            {"step": step, "time": time.time(), "metrics": finite_metrics(metrics, step=step)},
+            option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY,
+            default=self.default,
+        )
+        path = self.root / "metrics.jsonl"
+
+        def append() -> None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as f:
+                f.write(line)
+
+        async with self._metrics_lock:
+            try:
+                await anyio.to_thread.run_sync(append)
+            except OSError as exc:
+                raise TraceWriteError(f"cannot append to {path}: {exc}") from exc
+
+    async def log_episodes(
+        self,
+        episodes: Iterable[Any],
+        *,
+        step: int,
+        kind: Kind = "train",
+        subset: Subset = "effective",
+    ) -> None:
+        self._check_open()
+        check_kind(kind, subset)
+        batch = list(episodes)
+        ledger = self._ledger
+        ledger.submitted += len(batch)
+        writer = self._stream(kind, subset)
+        for i, episode in enumerate(batch):
+            try:
+                record = build_record(episode)
+            except Exception as exc:
+                ledger.lost["bad_record"] += 1
+                log.warning("step %d: episode %d has no record: %r", step, i, exc)
+                continue
+            try:
+                await writer.append(record, step=step, kind=kind, subset=subset)
+            except encoder.EncodeError as exc:
+                ledger.lost["encode_error"] += 1
+                log.warning("step %d: episode %d not written: %s", step, i, exc)
+            except TraceWriteError:
+                ledger.lost["write_error"] += len(batch) - i
+                raise
+            except BaseException:
+                ledger.lost["cancelled"] += len(batch) - i
+                raise
+            else:
+                ledger.delivered += 1
+
+    async def finalize(self) -> None:
+        if self._finalized:
+            return
+        self._finalized = True
+        for writer in self._streams.values():
+            await writer.close()
+
+    def stats(self) -> DeliveryStats:
+        return self._ledger.snapshot()
+
+    def _check_open(self) -> None:
+        if self._finalized:
+            raise RuntimeError("FileMonitor is finalized")

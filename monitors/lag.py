@@ -1,0 +1,93 @@
+"""Event-loop lag probe: how late a task that asks to wake every millisecond actually wakes.
+
+What tests, benchmarks and the load test use to prove that logging never stalls the loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from time import perf_counter
+from types import TracebackType
+
+import anyio
+from anyio.abc import TaskGroup
+
+__all__ = ["LagStats", "LoopLagProbe"]
+
+
+@dataclass(frozen=True)
+class LagStats:
+    """Lag samples summarised, in milliseconds (0 samples gives zeros)."""
+
+    count: int
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, samples_ms: list[float]) -> LagStats:
+        if not samples_ms:
+            return cls(0, 0.0, 0.0, 0.0, 0.0)
+        ordered = sorted(samples_ms)
+
+        def pick(q: float) -> float:
+            return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+        return cls(len(ordered), pick(0.5), pick(0.9), pick(0.99), ordered[-1])
+
+    def __str__(self) -> str:
+        return (
+            f"lag p50 {self.p50:.2f} ms, p90 {self.p90:.2f} ms, p99 {self.p99:.2f} ms, "
+            f"max {self.max:.2f} ms ({self.count} samples)"
+        )
+
+
+class LoopLagProbe:
+    """An async context manager sampling loop lag every ``interval`` seconds while open.
+
+    A sample is how much later than asked the probe's sleep returned. ``stats()`` may be read
+    while running or after exit; ``samples`` holds the raw values in ms, with ``times`` (the
+    ``perf_counter`` of each wake-up) for plotting lag over time.
+    """
+
+    def __init__(self, *, interval: float = 0.001) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be positive, not {interval!r}")
+        self.interval = interval
+        self.samples: list[float] = []
+        self.times: list[float] = []
+        self._group: TaskGroup | None = None
+
+    async def __aenter__(self) -> LoopLagProbe:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        started = anyio.Event()
+        self._group.start_soon(self._run, started)
+        await started.wait()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._group is not None
+        self._group.cancel_scope.cancel()
+        return await self._group.__aexit__(exc_type, exc, tb)
+
+    async def _run(self, started: anyio.Event) -> None:
+        interval = self.interval
+        samples, times = self.samples, self.times
+        started.set()
+        while True:
+            asked = perf_counter()
+            await anyio.sleep(interval)
+            now = perf_counter()
+            samples.append(max(0.0, (now - asked - interval) * 1000.0))
+            times.append(now)
+
+    def stats(self) -> LagStats:
+        return LagStats.of(self.samples)

@@ -1,0 +1,40 @@
+"""What a record is: a Mapping, or an object with ``to_record()``, built only when encoded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = ["KINDS", "SUBSETS", "Kind", "Subset", "SupportsToRecord", "build_record", "check_kind"]
+
+Kind = Literal["train", "eval"]
+Subset = Literal["all", "effective"]
+KINDS: tuple[Kind, ...] = ("train", "eval")
+SUBSETS: tuple[Subset, ...] = ("all", "effective")
+
+
+@runtime_checkable
+class SupportsToRecord(Protocol):
+    """An episode that builds its JSON-ready form on demand (so idle episodes cost nothing)."""
+
+    def to_record(self) -> Any: ...
+
+
+def build_record(episode: Any) -> Any:
+    """The value to encode for one episode: ``to_record()`` if it has one, else itself."""
+    to_record = getattr(episode, "to_record", None)
+    if to_record is not None and callable(to_record):
+        return to_record()
+    if isinstance(episode, Mapping):
+        return episode
+    raise TypeError(
+        f"an episode must be a Mapping or have to_record(), not {type(episode).__name__}"
+    )
+
+
+def check_kind(kind: str, subset: str) -> None:
+    """Refuse a kind or subset the trace layout has no place for."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    if subset not in SUBSETS:
+        raise ValueError(f"subset must be one of {SUBSETS}, not {subset!r}")

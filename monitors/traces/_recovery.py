@@ -1,0 +1,147 @@
+"""Make a stream that a crash left mid-write whole again before appending to it (blocking I/O).
+
+A process killed while writing leaves at most: a torn last line in the last chunk, a torn
+last index row, index rows for data that never reached the disk, and complete records whose
+index rows were never written. Torn bytes are cut off; missing rows are rebuilt from the data.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._layout import (
+    INDEX_NAME,
+    ROW_BYTES,
+    IndexRow,
+    chunk_path,
+    decode_row,
+    encode_row,
+    list_chunks,
+)
+
+__all__ = ["Recovery", "recover"]
+
+_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What reopening a stream found and mended."""
+
+    chunk: int  # the chunk appends continue in
+    chunk_size: int  # its size in bytes
+    records: int  # index rows after recovery
+    torn_bytes: int = 0  # bytes of a torn last line cut from the last chunk
+    torn_row_bytes: int = 0  # bytes of a torn last index row cut
+    dropped_rows: int = 0  # index rows that pointed past the data
+    rebuilt_rows: int = 0  # complete records that had no index row
+
+    @property
+    def mended(self) -> bool:
+        return bool(
+            self.torn_bytes or self.torn_row_bytes or self.dropped_rows or self.rebuilt_rows
+        )
+
+
+def _last_newline_end(path: Path, size: int) -> int:
+    """Offset just past the last b"\\n" in the file (0 when there is none)."""
+    with open(path, "rb") as f:
+        end = size
+        while end > 0:
+            start = max(0, end - _BLOCK)
+            f.seek(start)
+            block = f.read(end - start)
+            at = block.rfind(b"\n")
+            if at >= 0:
+                return start + at + 1
+            end = start
+    return 0
+
+
+def _line_spans(path: Path, start: int, stop: int) -> list[tuple[int, int]]:
+    """(offset, length) of each complete line in ``path[start:stop]``."""
+    spans = []
+    line_start = start
+    with open(path, "rb") as f:
+        f.seek(start)
+        pos = start
+        while pos < stop:
+            block = f.read(min(_BLOCK, stop - pos))
+            if not block:
+                break
+            at = block.find(b"\n")
+            while at >= 0:
+                end = pos + at + 1
+                spans.append((line_start, end - line_start))
+                line_start = end
+                at = block.find(b"\n", at + 1)
+            pos += len(block)
+    return spans
+
+
+def recover(directory: Path) -> Recovery:
+    """Cut what a crash tore, rebuild missing index rows; return where appends go on."""
+    directory.mkdir(parents=True, exist_ok=True)
+    index = directory / INDEX_NAME
+    index.touch(exist_ok=True)
+    chunks = list_chunks(directory)
+    if not chunks:
+        chunk_path(directory, 0).touch()
+        chunks = [0]
+
+    # The last chunk ends with a complete line, or the tail is cut off.
+    last = chunks[-1]
+    last_path = chunk_path(directory, last)
+    size = last_path.stat().st_size
+    keep = _last_newline_end(last_path, size)
+    torn = size - keep
+    if torn:
+        os.truncate(last_path, keep)
+    sizes = {c: chunk_path(directory, c).stat().st_size for c in chunks}
+
+    # The index holds whole rows, each pointing at data that exists.
+    index_size = index.stat().st_size
+    torn_row = index_size % ROW_BYTES
+    rows = index_size // ROW_BYTES
+    dropped = 0
+    last_row: IndexRow | None = None
+    with open(index, "rb") as f:
+        while rows:
+            f.seek((rows - 1) * ROW_BYTES)
+            try:
+                row = decode_row(f.read(ROW_BYTES))
+            except ValueError:
+                row = None
+            if row is not None and row.chunk in sizes and row.end <= sizes[row.chunk]:
+                last_row = row
+                break
+            rows -= 1
+            dropped += 1
+    if torn_row or dropped:
+        os.truncate(index, rows * ROW_BYTES)
+
+    # Complete records after the last indexed one get their rows back.
+    rebuilt: list[IndexRow] = []
+    start_chunk, start = (last_row.chunk, last_row.end) if last_row else (chunks[0], 0)
+    for chunk in chunks:
+        if chunk < start_chunk:
+            continue
+        begin = start if chunk == start_chunk else 0
+        for offset, length in _line_spans(chunk_path(directory, chunk), begin, sizes[chunk]):
+            rebuilt.append(IndexRow(chunk, offset, length))
+    if rebuilt:
+        with open(index, "ab") as f:
+            f.write(b"".join(encode_row(r) for r in rebuilt))
+            f.flush()
+            os.fsync(f.fileno())
+    return Recovery(
+        chunk=last,
+        chunk_size=sizes[last],
+        records=rows + len(rebuilt),
+        torn_bytes=torn,
+        torn_row_bytes=torn_row,
+        dropped_rows=dropped,
+        rebuilt_rows=len(rebuilt),
+    )

@@ -1,0 +1,275 @@
+"""Append records to a chunked trace stream: encoded on the loop, written in a worker thread."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from contextlib import aclosing
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+import encoder
+
+from ..errors import TraceWriteError
+from ._layout import INDEX_NAME, ROW_BYTES, IndexRow, chunk_path, encode_row
+from ._recovery import Recovery, recover
+
+__all__ = ["DEFAULT_CHUNK_BYTES", "TraceWriter"]
+
+log = logging.getLogger("monitors.traces")
+
+DEFAULT_CHUNK_BYTES = 5 * 2**30
+#: Encoded bytes handed to the worker thread at once, and how many such batches may wait.
+_BATCH_BYTES = 1 << 20
+_BATCHES_IN_FLIGHT = 2
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class _Drain:
+    """The worker side of one record's write: takes batches, writes them, keeps the error."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.error: OSError | None = None
+
+    async def run(self, batches: MemoryObjectReceiveStream[bytes]) -> None:
+        async with batches:
+            async for data in batches:
+                try:
+                    await anyio.to_thread.run_sync(_write_all, self.fd, data)
+                except OSError as exc:
+                    self.error = exc
+                    return  # closing the stream tells the encoding side to stop
+
+
+class _TooLong(Exception):
+    """The record would pass ``chunk_bytes``: it must start a chunk of its own."""
+
+
+class TraceWriter:
+    """One trace stream: ``append`` one record per line to numbered chunk files in
+    ``directory``, with an index row per record.
+
+    Appends never interleave; each returns once its record and index row are written.
+    A record is encoded cooperatively on the event loop (``encoder.aiterencode``) while a
+    worker thread writes the previous batch, so at most ~3 MiB are in flight. The stream
+    rolls to a new chunk before a line would pass ``chunk_bytes`` (a line is never split; a
+    larger one gets a chunk of its own), and chunks are fsynced when they roll and on close.
+    Reopening a stream after a crash first mends it (see ``Recovery``).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        option: int = 0,
+        default: Callable[[Any], Any] | None = None,
+        budget: float = encoder.DEFAULT_BUDGET,
+        fsync: bool = True,
+    ) -> None:
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be positive, not {chunk_bytes!r}")
+        self.directory = Path(directory)
+        self.chunk_bytes = chunk_bytes
+        self.option = option | encoder.OPT_APPEND_NEWLINE
+        self.default = default
+        self.budget = budget
+        self.fsync = fsync
+        self.recovery: Recovery | None = None
+        self.records = 0
+        self._lock = anyio.Lock()
+        self._chunk = 0
+        self._size = 0
+        self._data_fd = -1
+        self._index_fd = -1
+        self._closed = False
+
+    # -- opening and closing ------------------------------------------------------------
+
+    async def open(self) -> Recovery:
+        """Create or reopen the stream (mending a crash's leftovers); idempotent."""
+        async with self._lock:
+            return await self._open()
+
+    async def _open(self) -> Recovery:
+        if self.recovery is not None:
+            return self.recovery
+        if self._closed:
+            raise TraceWriteError(f"trace stream {self.directory} is closed")
+        try:
+            found = await anyio.to_thread.run_sync(recover, self.directory)
+            self._index_fd = await anyio.to_thread.run_sync(
+                os.open, self.directory / INDEX_NAME, os.O_WRONLY | os.O_APPEND
+            )
+            self._data_fd = await anyio.to_thread.run_sync(
+                os.open, chunk_path(self.directory, found.chunk), os.O_WRONLY | os.O_APPEND
+            )
+        except OSError as exc:
+            raise TraceWriteError(f"cannot open trace stream {self.directory}: {exc}") from exc
+        if found.mended:
+            log.warning("trace stream %s was mended on reopening: %s", self.directory, found)
+        self._chunk, self._size, self.records = found.chunk, found.chunk_size, found.records
+        self.recovery = found
+        return found
+
+    async def close(self) -> None:
+        """fsync and close the files; idempotent. Appending afterwards is an error."""
+        async with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with anyio.CancelScope(shield=True):
+                for fd in (self._data_fd, self._index_fd):
+                    if fd >= 0:
+                        await anyio.to_thread.run_sync(self._sync_and_close, fd)
+            self._data_fd = self._index_fd = -1
+
+    def _sync_and_close(self, fd: int) -> None:
+        try:
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    async def __aenter__(self) -> TraceWriter:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- appending ----------------------------------------------------------------------
+
+    async def append(
+        self,
+        value: Any,
+        *,
+        step: int | None = None,
+        kind: str | None = None,
+        subset: str | None = None,
+    ) -> IndexRow:
+        """Write ``value`` as one JSON line and its index row; return the row.
+
+        Raises ``encoder.EncodeError`` for a value that cannot be encoded and
+        ``TraceWriteError`` when the disk refuses; either way the partial line is removed,
+        so the stream stays readable up to its last complete record.
+        """
+        async with self._lock:
+            await self._open()
+            if self._closed:
+                raise TraceWriteError(f"trace stream {self.directory} is closed")
+            if self._size >= self.chunk_bytes:
+                await self._roll()
+            start = self._size
+            try:
+                try:
+                    length = await self._stream(value, limit=self.chunk_bytes - start)
+                except _TooLong:
+                    await self._cut(start)
+                    await self._roll()
+                    start = 0
+                    length = await self._stream(value, limit=None)
+                row = IndexRow(self._chunk, start, length, step, kind, subset)
+                await anyio.to_thread.run_sync(_write_all, self._index_fd, encode_row(row))
+            except BaseException as exc:
+                with anyio.CancelScope(shield=True):
+                    await self._cut(start)
+                    await self._cut_index()
+                if isinstance(exc, OSError):
+                    raise TraceWriteError(
+                        f"cannot write to trace stream {self.directory}: {exc}"
+                    ) from exc
+                raise
+            self._size = start + length
+            self.records += 1
+            return row
+
+    async def _stream(self, value: Any, *, limit: int | None) -> int:
+        """Encode ``value`` into the current chunk; raise ``_TooLong`` past ``limit`` bytes
+        when the chunk already holds records."""
+        drain = _Drain(self._data_fd)
+        send, receive = anyio.create_memory_object_stream[bytes](_BATCHES_IN_FLIGHT)
+        total = 0
+        failure: BaseException | None = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(drain.run, receive)
+            try:
+                chunks = encoder.aiterencode(
+                    value, option=self.option, default=self.default, budget=self.budget
+                )
+                async with send, aclosing(chunks):
+                    batch: list[bytes] = []
+                    batch_bytes = 0
+                    async for chunk in chunks:
+                        total += len(chunk)
+                        if limit is not None and total > limit and self._size > 0:
+                            raise _TooLong
+                        batch.append(chunk)
+                        batch_bytes += len(chunk)
+                        if batch_bytes >= _BATCH_BYTES:
+                            await send.send(b"".join(batch))
+                            batch, batch_bytes = [], 0
+                    if batch:
+                        await send.send(b"".join(batch))
+            except anyio.BrokenResourceError:
+                pass  # the drain stopped on a write error, kept in drain.error
+            except Exception as exc:
+                failure = exc
+        if drain.error is not None:
+            raise drain.error
+        if failure is not None:
+            raise failure
+        return total
+
+    async def _cut_index(self) -> None:
+        """Remove a partial index row (a disk that filled up mid-row)."""
+        try:
+            await anyio.to_thread.run_sync(os.ftruncate, self._index_fd, self.records * ROW_BYTES)
+        except OSError as exc:
+            log.error("cannot cut partial index row from %s: %s", self.directory, exc)
+
+    async def _cut(self, size: int) -> None:
+        """Remove whatever the current chunk holds past ``size`` (a partial record)."""
+        try:
+            await anyio.to_thread.run_sync(os.ftruncate, self._data_fd, size)
+        except OSError as exc:
+            log.error("cannot cut partial record from %s: %s", self.directory, exc)
+
+    async def _roll(self) -> None:
+        """fsync and close the current chunk, start the next."""
+        old = self._data_fd
+        nxt = self._chunk + 1
+        try:
+            await anyio.to_thread.run_sync(self._sync_and_close, old)
+            self._data_fd = await anyio.to_thread.run_sync(
+                os.open,
+                chunk_path(self.directory, nxt),
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                0o644,
+            )
+        except OSError as exc:
+            self._data_fd = -1
+            self._closed = True
+            raise TraceWriteError(f"cannot start chunk {nxt} of {self.directory}: {exc}") from exc
+        if self.fsync:
+            await anyio.to_thread.run_sync(self._sync_index)
+        self._chunk, self._size = nxt, 0
+
+    def _sync_index(self) -> None:
+        os.fsync(self._index_fd)
