@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -18,6 +18,8 @@ from .records import Kind, Subset
 __all__ = ["DeliveryStats", "Monitor", "Monitors", "finite_metrics"]
 
 log = logging.getLogger("monitors")
+
+_M = TypeVar("_M", bound="Monitor")
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class Monitor(ABC):
     def stats(self) -> DeliveryStats:
         """Records submitted, delivered, and lost by reason, so far."""
 
-    async def __aenter__(self) -> Monitor:
+    async def __aenter__(self: _M) -> _M:
         await self.start()
         return self
 
@@ -126,6 +128,7 @@ class Monitors(Monitor):
     def __init__(self, *monitors: Monitor) -> None:
         self.monitors = list(monitors)
         self.failures: Counter[str] = Counter()
+        self._finalized = False
 
     async def _each(self, what: str, call: Any, *args: Any, **kwargs: Any) -> None:
         async def one(monitor: Monitor) -> None:
@@ -158,6 +161,9 @@ class Monitors(Monitor):
         await self._each(f"step {step}", "log_episodes", batch, step=step, kind=kind, subset=subset)
 
     async def finalize(self) -> None:
+        if self._finalized:
+            return
+        self._finalized = True
         await self._each("finalize", "finalize")
 
     def stats(self) -> DeliveryStats:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 
 import encoder
 
@@ -78,9 +77,9 @@ class FileMonitor(Monitor):
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
         self._check_open()
-        line = orjson.dumps(
+        line = encoder.encode(
             {"step": step, "time": time.time(), "metrics": finite_metrics(metrics, step=step)},
-            option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY,
+            option=self.option | encoder.OPT_APPEND_NEWLINE | encoder.OPT_SERIALIZE_NUMPY,
             default=self.default,
         )
         path = self.root / "metrics.jsonl"

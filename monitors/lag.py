@@ -59,6 +59,18 @@ class LoopLagProbe:
         self.samples: list[float] = []
         self.times: list[float] = []
         self._group: TaskGroup | None = None
+        self._epoch = 0  # changes on pause() and resume(): a sleep spanning one is no sample
+        self._paused = False
+        self._sampled = anyio.Event()
+
+    def pause(self) -> None:
+        """Stop sampling (say, while the caller builds test data on the loop on purpose)."""
+        self._paused = True
+        self._epoch += 1
+
+    def resume(self) -> None:
+        self._paused = False
+        self._epoch += 1
 
     async def __aenter__(self) -> LoopLagProbe:
         self._group = anyio.create_task_group()
@@ -75,6 +87,10 @@ class LoopLagProbe:
         tb: TracebackType | None,
     ) -> bool | None:
         assert self._group is not None
+        if exc_type is None and not self._paused:
+            # One more sample, so that a stall just before leaving is measured too.
+            self._sampled = anyio.Event()
+            await self._sampled.wait()
         self._group.cancel_scope.cancel()
         return await self._group.__aexit__(exc_type, exc, tb)
 
@@ -83,11 +99,15 @@ class LoopLagProbe:
         samples, times = self.samples, self.times
         started.set()
         while True:
+            epoch = self._epoch
             asked = perf_counter()
             await anyio.sleep(interval)
             now = perf_counter()
+            if epoch != self._epoch or self._paused:
+                continue
             samples.append(max(0.0, (now - asked - interval) * 1000.0))
             times.append(now)
+            self._sampled.set()
 
     def stats(self) -> LagStats:
         return LagStats.of(self.samples)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -108,15 +109,36 @@ class _Range:
         return data
 
 
+def _floats(value: Any) -> Any:
+    """ijson's Decimals as floats, as orjson.loads gives them (in place, no recursion)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        pairs = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, item in pairs:
+            if isinstance(item, Decimal):
+                node[key] = float(item)
+            elif isinstance(item, (dict, list)):
+                stack.append(item)
+    return value
+
+
 def _parse_span(path: Path, span: LineSpan) -> Any:
     if span.data is not None:
         return orjson.loads(span.data)
     with open(path, "rb") as f:
-        items = ijson.items(_Range(f, span.offset, span.length), "", use_float=True)
+        # Not use_float: ijson's C backend then refuses integers past 2**63, which orjson
+        # writes; its Decimals become floats afterwards.
+        items = iter(ijson.items(_Range(f, span.offset, span.length), ""))
         try:
-            return next(iter(items))
+            value = next(items)
         except StopIteration:
             raise ValueError("empty line") from None
+        for _ in items:  # reading on finds trailing garbage (ijson raises) or a 2nd value
+            raise ValueError("more than one JSON value on the line")
+    if isinstance(value, Decimal):
+        return float(value)
+    return _floats(value) if isinstance(value, (dict, list)) else value
 
 
 class TraceReader(Iterator[Any]):
@@ -192,12 +214,11 @@ def read_row(directory: str | os.PathLike[str], n: int) -> IndexRow:
     """Index row ``n`` (negative counts from the end)."""
     index = Path(directory) / INDEX_NAME
     rows = index.stat().st_size // ROW_BYTES
-    if n < 0:
-        n += rows
-    if not 0 <= n < rows:
+    at = n + rows if n < 0 else n
+    if not 0 <= at < rows:
         raise IndexError(f"record {n} out of range: the stream holds {rows}")
     with open(index, "rb") as f:
-        f.seek(n * ROW_BYTES)
+        f.seek(at * ROW_BYTES)
         return decode_row(f.read(ROW_BYTES))
 
 

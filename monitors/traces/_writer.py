@@ -252,24 +252,24 @@ class TraceWriter:
             log.error("cannot cut partial record from %s: %s", self.directory, exc)
 
     async def _roll(self) -> None:
-        """fsync and close the current chunk, start the next."""
-        old = self._data_fd
+        """fsync and close the current chunk, start the next (shielded from cancellation:
+        a half-done switch would leave the writer holding a closed descriptor)."""
         nxt = self._chunk + 1
-        try:
-            await anyio.to_thread.run_sync(self._sync_and_close, old)
-            self._data_fd = await anyio.to_thread.run_sync(
-                os.open,
-                chunk_path(self.directory, nxt),
-                os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                0o644,
-            )
-        except OSError as exc:
-            self._data_fd = -1
-            self._closed = True
-            raise TraceWriteError(f"cannot start chunk {nxt} of {self.directory}: {exc}") from exc
-        if self.fsync:
-            await anyio.to_thread.run_sync(self._sync_index)
+        with anyio.CancelScope(shield=True):
+            old, self._data_fd = self._data_fd, -1
+            try:
+                self._data_fd = await anyio.to_thread.run_sync(
+                    self._switch_chunk, old, chunk_path(self.directory, nxt)
+                )
+            except OSError as exc:
+                self._closed = True
+                raise TraceWriteError(
+                    f"cannot start chunk {nxt} of {self.directory}: {exc}"
+                ) from exc
         self._chunk, self._size = nxt, 0
 
-    def _sync_index(self) -> None:
-        os.fsync(self._index_fd)
+    def _switch_chunk(self, old: int, path: Path) -> int:
+        self._sync_and_close(old)
+        if self.fsync:
+            os.fsync(self._index_fd)
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

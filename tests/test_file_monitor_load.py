@@ -1,0 +1,74 @@
+"""FileMonitor under load: 200 production-like episodes of 1-3 MB, one ``log_episodes`` call
+each, while a LoopLagProbe watches the event loop; every record reads back identical."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench.episodes import make_episode
+from monitors import FileMonitor, LagStats, LoopLagProbe
+from monitors.traces import read_records
+from monitors.traces._layout import list_chunks
+
+EPISODES = 200
+#: Distinct (size, seed) pairs: make_episode builds a fresh copy on every call, but calibrates
+#: once per pair (and keeps text pools for a few seeds), so a few pairs keep building cheap.
+SPECS = [(random.Random(i).randint(1_000_000, 3_000_000), i % 4) for i in range(10)]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_file_monitor_under_load(tmp_path: Path) -> None:
+    expected = {}
+    windows: list[tuple[float, float]] = []
+    slowest = 0.0
+    async with LoopLagProbe() as probe, FileMonitor(tmp_path, chunk_bytes=64 << 20) as monitor:
+        for i in range(EPISODES):
+            spec = SPECS[i % len(SPECS)]
+            # A fresh episode per call (new str objects, nothing cached by an earlier
+            # encoding); built on the loop, outside the measured windows.
+            episode = make_episode(spec[0], seed=spec[1])
+            started = time.perf_counter()
+            await monitor.log_episodes([episode], step=i, subset="all")
+            ended = time.perf_counter()
+            windows.append((started, ended))
+            slowest = max(slowest, ended - started)
+            data = orjson.dumps(episode)
+            assert expected.setdefault(spec, data) == data  # same pair, same episode
+            del episode
+        stats = monitor.stats()
+    # The loop's lag while log_episodes ran: samples whose whole sleep fell inside a call.
+    lags = []
+    w = 0
+    for lag, woke in zip(probe.samples, probe.times, strict=True):
+        asked = woke - probe.interval - lag / 1000.0
+        while w < len(windows) and windows[w][1] < woke:
+            w += 1
+        if w < len(windows) and windows[w][0] <= asked:
+            lags.append(lag)
+    during = LagStats.of(lags)
+    overall = probe.stats()
+    summary = f"during log_episodes: {during}; overall: {overall}; slowest call {slowest:.3f} s"
+    assert during.count >= 200, summary
+    assert during.p99 < 50, summary
+    assert during.max < 250, summary
+    assert slowest < 5, summary
+
+    assert stats.submitted == stats.delivered == EPISODES, stats
+    assert stats.lost == {}
+    stream = monitor.stream_dir("train", "all")
+    assert len(list_chunks(stream)) >= 5  # ~400 MB in chunks of 64 MiB
+    n = 0
+    for n, record in enumerate(read_records(stream), 1):
+        spec = SPECS[(n - 1) % len(SPECS)]
+        assert orjson.dumps(record) == expected[spec], f"record {n - 1} differs"
+    assert n == EPISODES

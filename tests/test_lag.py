@@ -1,0 +1,79 @@
+"""LoopLagProbe: it sees a stall of the loop, and an idle loop shows little lag."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from monitors import LagStats, LoopLagProbe
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_probe_reports_a_stall() -> None:
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.05)
+        blocked = time.perf_counter()
+        time.sleep(0.05)  # the loop is blocked for 50 ms, once
+        await anyio.sleep(0.05)
+        during = probe.stats()
+    after = probe.stats()
+    assert during.max >= 40, during
+    assert after.max >= 40, after
+    assert after.count >= during.count >= 20
+    # The stall is the first sample taken after the loop was blocked.
+    first_after = next(i for i, t in enumerate(probe.times) if t > blocked)
+    assert probe.samples[first_after] >= 40, (probe.samples, first_after)
+    assert len(probe.times) == len(probe.samples)
+    assert probe.times == sorted(probe.times)
+    # Sampling stopped on exit.
+    await anyio.sleep(0.02)
+    assert probe.stats() == after
+
+
+@pytest.mark.anyio
+async def test_idle_loop_has_small_lag() -> None:
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.3)
+    stats = probe.stats()
+    assert stats.count >= 50, stats
+    assert stats.p50 < 5, stats
+    assert stats.p50 <= stats.p90 <= stats.p99 <= stats.max
+
+
+@pytest.mark.anyio
+async def test_probe_interval() -> None:
+    async with LoopLagProbe(interval=0.01) as probe:
+        await anyio.sleep(0.2)
+    assert 5 <= probe.stats().count <= 21, probe.stats()
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="interval"):
+            LoopLagProbe(interval=bad)
+
+
+def test_lag_stats_of_samples() -> None:
+    assert LagStats.of([]) == LagStats(0, 0.0, 0.0, 0.0, 0.0)
+    stats = LagStats.of([float(x) for x in range(100, 0, -1)])  # 1..100 ms, shuffled order
+    assert stats == LagStats(100, 50.0, 90.0, 99.0, 100.0)
+    one = LagStats.of([3.5])
+    assert one == LagStats(1, 3.5, 3.5, 3.5, 3.5)
+    assert "p99 99.00 ms" in str(stats)
+    assert "100 samples" in str(stats)
+
+
+def test_probe_works_under_trio_too() -> None:
+    async def main() -> LagStats:
+        async with LoopLagProbe() as probe:
+            await anyio.sleep(0.02)
+            time.sleep(0.05)
+            await anyio.sleep(0.02)
+        return probe.stats()
+
+    stats = anyio.run(main, backend="trio")
+    assert stats.max >= 40, stats

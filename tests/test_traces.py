@@ -1,0 +1,567 @@
+"""Trace streams: reading across chunks, torn and corrupt lines, big lines through ijson,
+recovery after a crash, and appends that fail or are cancelled part-way."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import anyio
+import ijson
+import orjson
+import pytest
+
+import encoder
+from monitors import TraceFormatError, TraceWriteError
+from monitors.traces import (
+    IndexRow,
+    TraceReader,
+    TraceWriter,
+    _reader,
+    aread_records,
+    read_record,
+    read_records,
+    read_row,
+)
+from monitors.traces._layout import INDEX_NAME, ROW_BYTES, chunk_path, list_chunks
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+_WORDS = ["alpha", "βeta", "漢字", "🙂", 'quo"te', "back\\slash", "new\nline", "tab\t", "\x00"]
+
+
+def make_record(n: int, size: int) -> dict[str, Any]:
+    """A deterministic record of about ``size`` characters of text, with escapes and
+    non-ASCII, full-precision floats and big integers."""
+    rng = random.Random(n)
+    words = [rng.choice(_WORDS) for _ in range(max(1, size // 6))]
+    return {
+        "n": n,
+        "text": " ".join(words)[:size],
+        "floats": [rng.random() * 10 ** rng.randint(-20, 20) for _ in range(8)],
+        "ints": [rng.randint(-(2**63), 2**64 - 1) for _ in range(4)],
+        "nested": {"a": [None, True, False, {"b": -0.0, "c": ""}], "é": n * 1.5},
+    }
+
+
+def line_of(value: Any) -> bytes:
+    return orjson.dumps(value) + b"\n"
+
+
+async def write_stream(directory: Path, values: list[Any], **kwargs: Any) -> list[IndexRow]:
+    async with TraceWriter(directory, **kwargs) as writer:
+        return [
+            await writer.append(v, step=i, kind="eval", subset="all") for i, v in enumerate(values)
+        ]
+
+
+def snapshot(directory: Path, *, skip_empty: bool = False) -> dict[str, bytes]:
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        data = (directory / name).read_bytes()
+        if data or not skip_empty:
+            out[name] = data
+    return out
+
+
+def dumps_all(values: Any) -> list[bytes]:
+    return [orjson.dumps(v) for v in values]
+
+
+# -- reading across chunks ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_records_read_back_across_chunks(tmp_path: Path) -> None:
+    sizes = [10, 3000, 50, 9000, 1, 400, 20_000, 7, 2500, 2500, 2500, 100] * 3
+    values = [make_record(n, size) for n, size in enumerate(sizes)]
+    rows = await write_stream(tmp_path, values, chunk_bytes=8192)
+    chunks = list_chunks(tmp_path)
+    assert len(chunks) >= 6, chunks
+    # Some chunk holds several records, and the 20 KB records each start their own chunk.
+    assert any(a.chunk == b.chunk for a, b in itertools.pairwise(rows))
+    for i, (row, size) in enumerate(zip(rows, sizes, strict=True)):
+        if size == 20_000:
+            assert row.offset == 0
+        assert (row.step, row.kind, row.subset) == (i, "eval", "all")
+
+    expected = dumps_all(values)
+    assert dumps_all(read_records(tmp_path)) == expected
+    assert dumps_all([r async for r in aread_records(tmp_path)]) == expected
+    # The chunks hold exactly the lines, in order.
+    assert b"".join(chunk_path(tmp_path, c).read_bytes() for c in chunks) == b"".join(
+        e + b"\n" for e in expected
+    )
+    for i, row in enumerate(rows):
+        assert read_row(tmp_path, i) == row
+        assert orjson.dumps(read_record(tmp_path, i)) == expected[i]
+
+
+@pytest.mark.anyio
+async def test_read_record_negative_and_out_of_range(tmp_path: Path) -> None:
+    values = [make_record(n, 300 * n) for n in range(7)]
+    await write_stream(tmp_path, values, chunk_bytes=1000)
+    n = len(values)
+    for i in range(1, n + 1):
+        assert read_record(tmp_path, -i) == values[-i] == read_record(tmp_path, n - i)
+        assert read_row(tmp_path, -i) == read_row(tmp_path, n - i)
+    for bad in (n, n + 1, -n - 1, -10 * n):
+        with pytest.raises(IndexError):
+            read_record(tmp_path, bad)
+        with pytest.raises(IndexError):
+            read_row(tmp_path, bad)
+
+
+@pytest.mark.anyio
+async def test_empty_stream_reads_as_nothing(tmp_path: Path) -> None:
+    async with TraceWriter(tmp_path / "s") as writer:
+        assert writer.records == 0
+    assert list(read_records(tmp_path / "s")) == []
+    with pytest.raises(IndexError):
+        read_record(tmp_path / "s", 0)
+
+
+# -- torn and corrupt lines ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_torn_last_line_is_counted_not_returned(tmp_path: Path) -> None:
+    values = [make_record(n, 500) for n in range(5)]
+    await write_stream(tmp_path, values, chunk_bytes=1200)
+    last = chunk_path(tmp_path, list_chunks(tmp_path)[-1])
+    torn = line_of(make_record(99, 800))[:-1]  # a whole JSON value, only the newline missing
+    for tail in (torn[:1], torn[: len(torn) // 2], torn):
+        with open(last, "ab") as f:
+            f.write(tail)
+        reader = TraceReader(tmp_path)
+        assert dumps_all(reader) == dumps_all(values)
+        assert reader.torn_tail_bytes == len(tail)
+        assert reader.records == len(values)
+        assert reader.skipped == 0
+        os.truncate(last, last.stat().st_size - len(tail))
+
+
+async def _three_chunks(directory: Path) -> tuple[list[Any], list[IndexRow]]:
+    """A stream of 12 records of ~800 bytes in chunks of 4."""
+    values = [make_record(n, 400) for n in range(12)]
+    assert all(780 < len(line_of(v)) < 870 for v in values)
+    rows = await write_stream(directory, values, chunk_bytes=3500)
+    assert [r.chunk for r in rows] == [0] * 4 + [1] * 4 + [2] * 4
+    return values, rows
+
+
+@pytest.mark.anyio
+async def test_torn_line_inside_a_chunk_raises_with_chunk_and_offset(tmp_path: Path) -> None:
+    values, rows = await _three_chunks(tmp_path)
+    # Record 1 lost its second half and newline (a crash), and record 2 was written after it.
+    path = chunk_path(tmp_path, 0)
+    data = path.read_bytes()
+    r1 = rows[1]
+    path.write_bytes(data[: r1.offset + r1.length // 2] + data[r1.end :])
+
+    with pytest.raises(TraceFormatError) as info:
+        list(read_records(tmp_path))
+    assert info.value.chunk == "00000.jsonl"
+    assert info.value.offset == r1.offset
+    assert "00000.jsonl" in str(info.value)
+    assert str(r1.offset) in str(info.value)
+
+    reader = TraceReader(tmp_path, on_error="skip")
+    got = dumps_all(reader)
+    assert got == dumps_all(values[:1] + values[3:])  # records 1 and 2 share the bad line
+    assert reader.skipped == 1
+    assert reader.records == len(values) - 2
+    assert [orjson.dumps(r) for r in read_records(tmp_path, on_error="skip")] == got
+
+
+@pytest.mark.anyio
+async def test_non_last_chunk_without_final_newline_is_an_error(tmp_path: Path) -> None:
+    values, rows = await _three_chunks(tmp_path)
+    path = chunk_path(tmp_path, 1)
+    os.truncate(path, path.stat().st_size - 10)  # record 7 torn, yet chunk 2 follows
+    with pytest.raises(TraceFormatError) as info:
+        list(read_records(tmp_path))
+    assert (info.value.chunk, info.value.offset) == ("00001.jsonl", rows[7].offset)
+    reader = TraceReader(tmp_path, on_error="skip")
+    assert dumps_all(reader) == dumps_all(values[:7] + values[8:])
+    assert reader.skipped == 1
+    assert reader.torn_tail_bytes == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("chunk", [0, 1, 2])
+@pytest.mark.parametrize(
+    "garbage", [b"\x00\xff\xfe not json", b"{", b'{"a": 1} {"b": 2}', b"", b"nan", b'"\xff"']
+)
+async def test_garbage_line_raises_or_is_skipped(
+    tmp_path: Path, chunk: int, garbage: bytes
+) -> None:
+    values, rows = await _three_chunks(tmp_path)
+    path = chunk_path(tmp_path, chunk)
+    data = path.read_bytes()
+    at = rows[4 * chunk + 2].offset  # between the chunk's second and third records
+    path.write_bytes(data[:at] + garbage + b"\n" + data[at:])
+
+    with pytest.raises(TraceFormatError) as info:
+        list(read_records(tmp_path))
+    assert (info.value.chunk, info.value.offset) == (f"{chunk:05d}.jsonl", at)
+    assert f"{chunk:05d}.jsonl" in str(info.value)
+
+    reader = TraceReader(tmp_path, on_error="skip")
+    assert dumps_all(reader) == dumps_all(values)
+    assert (reader.skipped, reader.records, reader.torn_tail_bytes) == (1, len(values), 0)
+
+
+def test_on_error_must_be_raise_or_skip(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="on_error"):
+        TraceReader(tmp_path, on_error="ignore")  # type: ignore[arg-type]
+
+
+# -- lines longer than BIG_LINE go through ijson ------------------------------------------
+
+
+def _big_values(*, ints: tuple[int, int] = (-(2**63) + 1, 2**63 - 1)) -> list[Any]:
+    """Records of 1.2-3 MB: longer than a read block, so the reader cannot see their end."""
+    rng = random.Random(7)
+    out = []
+    for n, size in enumerate([3_000_000, 1_200_000, 2_100_000]):
+        out.append(
+            {
+                "n": n,
+                "text": "".join(rng.choice(_WORDS) + " " for _ in range(size // 12)),
+                "floats": [rng.random() * 10 ** rng.randint(-300, 300) for _ in range(20_000)],
+                "ints": [rng.randint(*ints) for _ in range(5_000)],
+                "deep": {"x": [[[{"é": [1.5, -0.0, 1e-7, 5e-324, 1.7976931348623157e308]}]]]},
+                "empty": [{}, [], ""],
+            }
+        )
+    return out
+
+
+@pytest.fixture
+def ijson_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the records parsed with ijson."""
+    calls: list[int] = []
+    real = ijson.items
+
+    def items(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_reader.ijson, "items", items)
+    return calls
+
+
+@pytest.mark.anyio
+async def test_big_lines_parse_through_ijson_like_orjson(
+    tmp_path: Path, ijson_calls: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = _big_values()
+    small = [make_record(n, 100) for n in range(3)]
+    values = [small[0], big[0], small[1], big[1], big[2], small[2]]
+    await write_stream(tmp_path, values, chunk_bytes=4 << 20)
+    lines = b"".join(chunk_path(tmp_path, c).read_bytes() for c in list_chunks(tmp_path))
+    expected = [orjson.dumps(orjson.loads(line)) for line in lines.splitlines()]
+    assert expected == dumps_all(values)
+
+    got = dumps_all(TraceReader(tmp_path, big_line=1024))
+    assert len(ijson_calls) >= 3, "the big records were not parsed with ijson"
+    assert got == expected
+
+    ijson_calls.clear()
+    monkeypatch.setattr(_reader, "BIG_LINE", 1024)
+    for i in range(len(values)):
+        assert orjson.dumps(read_record(tmp_path, i)) == expected[i]
+    assert len(ijson_calls) == 3  # the three big records are now longer than BIG_LINE
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("n", [2**63, 2**64 - 1, -(2**63)])
+async def test_big_line_with_64_bit_integers(
+    tmp_path: Path, ijson_calls: list[int], monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    """orjson writes (and reads) any integer of the 64-bit ranges; a record holding one must
+    read back whether or not it is longer than BIG_LINE."""
+    value = {"id": n, "text": "x" * 3_000_000}
+    await write_stream(tmp_path, [value])
+    assert orjson.loads(chunk_path(tmp_path, 0).read_bytes()) == value
+    assert list(TraceReader(tmp_path)) == [value]  # short enough for orjson
+    assert list(TraceReader(tmp_path, big_line=1024)) == [value]
+    assert ijson_calls
+    monkeypatch.setattr(_reader, "BIG_LINE", 1024)
+    assert read_record(tmp_path, 0) == value
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "damage",
+    ["garbage inside", "cut, next record glued on", "trailing garbage", "second value"],
+)
+async def test_big_corrupt_line_raises_like_a_small_one(
+    tmp_path: Path, ijson_calls: list[int], damage: str
+) -> None:
+    """Through ijson as through orjson: a line that is not exactly one JSON value is an error."""
+    big = _big_values()[0]  # 3 MB: even half of it is longer than a read block
+    values = [make_record(0, 100), big, make_record(2, 100), make_record(3, 100)]
+    rows = await write_stream(tmp_path, values)
+    path = chunk_path(tmp_path, 0)
+    data = path.read_bytes()
+    r = rows[1]
+    line = data[r.offset : r.end - 1]
+    if damage == "garbage inside":
+        bad = line[: len(line) // 2] + b"\x00\xff garbage" + line[len(line) // 2 :]
+    elif damage == "cut, next record glued on":
+        bad = line[: len(line) // 2] + data[rows[2].offset : rows[2].end - 1]
+    elif damage == "trailing garbage":
+        bad = line + b" garbage"
+    else:
+        bad = line + b'{"n": 3}'
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(bad)  # what the reader does with a line shorter than BIG_LINE
+    rest = data[rows[2].end :] if damage == "cut, next record glued on" else data[r.end :]
+    path.write_bytes(data[: r.offset] + bad + b"\n" + rest)
+
+    with pytest.raises(TraceFormatError) as info:
+        list(TraceReader(tmp_path, big_line=1024))
+    assert ijson_calls, "the damaged line was not parsed with ijson"
+    assert (info.value.chunk, info.value.offset) == ("00000.jsonl", r.offset)
+
+    reader = TraceReader(tmp_path, big_line=1024, on_error="skip")
+    got = dumps_all(reader)
+    assert reader.skipped == 1
+    if damage == "cut, next record glued on":
+        assert got == dumps_all([values[0], values[3]])
+    else:
+        assert got == dumps_all([values[0], values[2], values[3]])
+
+
+# -- recovery -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_missing_index_rows_are_rebuilt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    values = [make_record(n, 200 + 150 * n) for n in range(10)]
+    rows = await write_stream(tmp_path, values, chunk_bytes=2500)
+    assert len(list_chunks(tmp_path)) >= 3
+    index = tmp_path / INDEX_NAME
+    # A crash after the last four records reached their chunks, before their rows did;
+    # the fourth-last row half written.
+    os.truncate(index, 6 * ROW_BYTES + ROW_BYTES // 2)
+
+    with caplog.at_level(logging.WARNING, logger="monitors.traces"):
+        async with TraceWriter(tmp_path, chunk_bytes=2500) as writer:
+            recovery = writer.recovery
+            assert recovery is not None
+            assert recovery.rebuilt_rows == 4
+            assert recovery.torn_row_bytes == ROW_BYTES // 2
+            assert (recovery.dropped_rows, recovery.torn_bytes) == (0, 0)
+            assert recovery.records == writer.records == 10
+            assert recovery.mended
+            assert recovery.chunk == list_chunks(tmp_path)[-1]
+            more = await writer.append({"after": "recovery"})
+    assert "mended" in caplog.text
+
+    assert index.stat().st_size == 11 * ROW_BYTES
+    for i, row in enumerate(rows):
+        got = read_row(tmp_path, i)
+        assert (got.chunk, got.offset, got.length) == (row.chunk, row.offset, row.length)
+        if i < 6:
+            assert got == row  # the surviving rows keep their step, kind and subset
+    assert read_row(tmp_path, 10) == more
+    assert dumps_all(read_records(tmp_path)) == dumps_all([*values, {"after": "recovery"}])
+    assert [read_record(tmp_path, i) for i in range(11)] == [*values, {"after": "recovery"}]
+
+
+@pytest.mark.anyio
+async def test_rows_pointing_past_the_data_are_dropped(tmp_path: Path) -> None:
+    values = [make_record(n, 400) for n in range(12)]
+    rows = await write_stream(tmp_path, values, chunk_bytes=3500)
+    last = list_chunks(tmp_path)[-1]
+    assert [r.chunk for r in rows[-4:]] == [last] * 4
+    # The last two records never reached the disk, but their rows did (and a third is torn).
+    os.truncate(chunk_path(tmp_path, last), rows[-2].offset + 17)
+
+    async with TraceWriter(tmp_path, chunk_bytes=3500) as writer:
+        recovery = writer.recovery
+        assert recovery is not None
+        assert recovery.dropped_rows == 2
+        assert recovery.torn_bytes == 17
+        assert (recovery.rebuilt_rows, recovery.torn_row_bytes) == (0, 0)
+        assert recovery.records == writer.records == 10
+        assert recovery.chunk_size == rows[-2].offset
+        row = await writer.append(values[10])
+    assert (row.chunk, row.offset) == (rows[-2].chunk, rows[-2].offset)
+    assert (tmp_path / INDEX_NAME).stat().st_size == 11 * ROW_BYTES
+    assert dumps_all(read_records(tmp_path)) == dumps_all(values[:11])
+    assert read_record(tmp_path, -1) == values[10]
+
+
+@pytest.mark.anyio
+async def test_clean_reopen_mends_nothing(tmp_path: Path) -> None:
+    values = [make_record(n, 300) for n in range(6)]
+    await write_stream(tmp_path, values, chunk_bytes=1000)
+    before = snapshot(tmp_path)
+    async with TraceWriter(tmp_path, chunk_bytes=1000) as writer:
+        assert writer.recovery is not None
+        assert not writer.recovery.mended
+        assert writer.records == 6
+    assert snapshot(tmp_path) == before
+
+
+# -- failed appends -----------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param({"ok": 1, "bad": object()}, id="small"),
+        pytest.param({"big": "é" * 3_000_000, "bad": object()}, id="after-3MB-written"),
+        pytest.param([1, 2, {"x": {1, 2}}], id="set"),
+        pytest.param({"n": 2**64}, id="int-too-big"),
+    ],
+)
+async def test_encode_error_leaves_the_stream_as_it_was(tmp_path: Path, bad: Any) -> None:
+    values = [make_record(n, 300) for n in range(3)]
+    async with TraceWriter(tmp_path) as writer:
+        for v in values:
+            await writer.append(v)
+        before = snapshot(tmp_path)
+        with pytest.raises(encoder.EncodeError):
+            await writer.append(bad)
+        assert snapshot(tmp_path) == before
+        assert writer.records == 3
+        await writer.append({"after": True})
+    assert dumps_all(read_records(tmp_path)) == dumps_all([*values, {"after": True}])
+    assert read_record(tmp_path, 3) == {"after": True}
+
+
+@pytest.mark.anyio
+async def test_encode_error_after_a_roll_leaves_the_records_as_they_were(tmp_path: Path) -> None:
+    """The record would not fit the chunk, so the writer rolled before the error came."""
+    values = [make_record(n, 300) for n in range(3)]
+    async with TraceWriter(tmp_path, chunk_bytes=1 << 20) as writer:
+        for v in values:
+            await writer.append(v)
+        before = snapshot(tmp_path, skip_empty=True)
+        with pytest.raises(encoder.EncodeError):
+            await writer.append({"big": "x" * 2_000_000, "bad": object()})
+        assert snapshot(tmp_path, skip_empty=True) == before
+        assert writer.records == 3
+        await writer.append({"after": True})
+    assert dumps_all(read_records(tmp_path)) == dumps_all([*values, {"after": True}])
+    assert read_record(tmp_path, -1) == {"after": True}
+
+
+@pytest.mark.anyio
+async def test_append_after_close_is_an_error(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path)
+    await writer.append({"a": 1})
+    await writer.close()
+    await writer.close()  # idempotent
+    with pytest.raises(TraceWriteError):
+        await writer.append({"a": 2})
+    assert list(read_records(tmp_path)) == [{"a": 1}]
+
+
+def test_chunk_bytes_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        TraceWriter(tmp_path, chunk_bytes=0)
+
+
+# -- cancelled appends --------------------------------------------------------------------
+
+
+def _huge() -> dict[str, Any]:
+    """~50 MB of JSON from a few shared strings (little memory)."""
+    ascii_mb = "abcdefgh" * 131_072
+    mixed = 'é漢🙂"\\\n' * 20_000
+    return {"parts": [ascii_mb, mixed] * 40, "tail": list(range(1000))}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("delay", [0.0, 0.002, 0.01, 0.03])
+async def test_cancelled_append_leaves_complete_records_only(tmp_path: Path, delay: float) -> None:
+    values = [make_record(n, 300) for n in range(3)]
+    huge = _huge()
+    async with TraceWriter(tmp_path, chunk_bytes=1 << 30) as writer:
+        for v in values:
+            await writer.append(v)
+        before = snapshot(tmp_path)
+        with anyio.move_on_after(delay) as scope:
+            await writer.append(huge)
+        assert scope.cancelled_caught, "the 50 MB append finished before it was cancelled"
+        assert snapshot(tmp_path) == before
+        assert writer.records == 3
+        assert dumps_all(read_records(tmp_path)) == dumps_all(values)
+        row = await writer.append({"after": "cancel"})
+        assert (row.chunk, row.offset) == (0, sum(len(line_of(v)) for v in values))
+    assert dumps_all(read_records(tmp_path)) == dumps_all([*values, {"after": "cancel"}])
+    assert read_record(tmp_path, 3) == {"after": "cancel"}
+
+
+@pytest.mark.anyio
+async def test_cancelled_append_in_a_task(tmp_path: Path) -> None:
+    values = [make_record(n, 300) for n in range(3)]
+    async with TraceWriter(tmp_path) as writer:
+        for v in values:
+            await writer.append(v)
+        before = snapshot(tmp_path)
+        finished = []
+
+        async def big() -> None:
+            await writer.append(_huge())
+            finished.append(True)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(big)
+            await anyio.sleep(0.005)
+            group.cancel_scope.cancel()
+        assert not finished
+        assert snapshot(tmp_path) == before
+        await writer.append({"after": "cancel"})
+    assert dumps_all(read_records(tmp_path)) == dumps_all([*values, {"after": "cancel"}])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("why", ["full chunk", "record too long"])
+async def test_append_cancelled_while_the_chunk_rolls(tmp_path: Path, why: str) -> None:
+    """A cancellation that arrives while the old chunk is fsynced and closed (which takes
+    seconds for a 5 GiB chunk) must leave a writer that can go on appending."""
+    first = make_record(0, 700)
+    async with TraceWriter(tmp_path, chunk_bytes=2000) as writer:
+        await writer.append(first)  # 1201 bytes
+        if why == "full chunk":
+            await writer.append(make_record(1, 1500))  # 2174 bytes: a chunk of its own
+        # and then a record of 1219 bytes: the chunk rolls first.
+        kept = dumps_all(read_records(tmp_path))
+        real = writer._sync_and_close
+        with anyio.CancelScope() as scope:
+
+            def sync_and_close(fd: int) -> None:
+                anyio.from_thread.run_sync(scope.cancel)
+                real(fd)
+
+            writer._sync_and_close = sync_and_close  # type: ignore[method-assign]
+            await writer.append(make_record(2, 700))
+        writer._sync_and_close = real  # type: ignore[method-assign]
+        assert scope.cancelled_caught
+        assert dumps_all(read_records(tmp_path)) == kept
+        # The writer goes on, into a chunk file of its own.
+        await writer.append(make_record(3, 700))
+        await writer.append(make_record(4, 100))
+    expected = [*kept, *dumps_all([make_record(3, 700), make_record(4, 100)])]
+    assert dumps_all(read_records(tmp_path)) == expected
+    assert [orjson.dumps(read_record(tmp_path, i)) for i in range(len(expected))] == expected
