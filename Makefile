@@ -20,6 +20,7 @@ $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 
 demo: $(VENV)/.synced
 	$(RUN) -m bench --quick
+	$(RUN) -m bench.file_monitor --quick
 
 test: lint typecheck pytest
 
@@ -35,6 +36,7 @@ pytest: $(VENV)/.synced
 
 bench: $(VENV)/.synced
 	$(RUN) -m bench
+	$(RUN) -m bench.file_monitor
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .hypothesis

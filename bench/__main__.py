@@ -35,7 +35,7 @@ import encoder
 
 from . import memory
 from .documents import MB, Document, Part, documents
-from .lag import GcWatch, LagProbe, LagStats, idle_lag
+from .lag import GcWatch, LagStats, LoopLagProbe, idle_lag
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "encoder.json"
 BUDGETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002)
@@ -199,7 +199,7 @@ async def _null_sink(chunk: bytes) -> None:
     return None
 
 
-async def _lag_session(values: Sequence[Any], probe: LagProbe, budget: float) -> float:
+async def _lag_session(values: Sequence[Any], probe: LoopLagProbe, budget: float) -> float:
     """Stream each value through ``aiterencode`` to a no-op async sink under the probe."""
     t0 = time.perf_counter()
     async with probe:
@@ -218,7 +218,7 @@ def lag_document(doc: Document, cfg: Config, budget: float, sessions: int) -> La
     single-part document is encoded as a batch of fresh copies of about ``lag_batch_bytes``,
     all built before the probe starts.
     """
-    probe = LagProbe()
+    probe = LoopLagProbe()
     per_session: list[float] = []
     copies = 1
     if len(doc.parts) == 1:
