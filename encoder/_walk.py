@@ -3,9 +3,9 @@
 Nothing here does I/O or knows about event loops; the drivers in ``sync`` and ``aio`` decide
 when to hand control back. Every step does a bounded amount of work: a group of small values
 handed to ``orjson.dumps`` whole, one slice of a long string, list or array, or the bracket and
-key of a large container. What is "small" is decided with C-level checks (``map(type, ...)``,
-``sys.getsizeof``, ``gc.get_referents``) so the walk adds little per-element Python work to
-what orjson itself spends.
+key of a large container. What is "small" is decided with C-level checks (``len``, ``sum``,
+``gc.get_referents``) so the walk adds little per-element Python work to what orjson itself
+spends.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from .options import (
 
 __all__ = ["AnextRequest", "Piece", "Walker"]
 
-#: Estimated in-memory bytes (``sys.getsizeof`` summed over a subtree) below which a group of
-#: values goes to ``orjson.dumps`` in one call. Memory overstates JSON size 2-4x for small
-#: nodes, so this is ~16-32 KiB of output: ~10-30 us of orjson work.
+#: Estimated JSON bytes (string lengths, plus 8 a node) below which a group of values goes to
+#: ``orjson.dumps`` in one call: ~20-60 us of orjson work, and ~8K objects looked at, at most,
+#: to find a group too big.
 GROUP_BYTES: Final = 64 * 1024
 #: Numbers per slice of a list proven numeric by ``sum`` to start with; then adjusted so a
 #: slice writes about ``NUMBER_SLICE_BYTES`` (~9K short ints, ~3K long floats: 40-70 us).
@@ -249,8 +249,8 @@ class Walker:
         write by itself (checked only where it can matter).
 
         Each level of the subtree costs a few C calls: ``gc.get_referents`` for the next level,
-        and ``len`` (``sum`` for all-number levels, ``length_hint`` for mixed ones) for string
-        and container sizes.
+        and ``len`` (``hypot`` for all-number slices, ``length_hint`` for mixed ones) for
+        string and container sizes.
         """
         plain = self.plain
         check_types = self.check_types
@@ -292,6 +292,14 @@ class Walker:
             parts.append(extra)
         return EncodeError(message, path=format_path(parts))
 
+    def rounded(self, obj: Any) -> Any:
+        """``round_floats`` of a small value, or orjson's error when it nests too deep (so the
+        walk takes over, as it does when orjson refuses the depth)."""
+        try:
+            return self.round_floats(obj)
+        except RecursionError:
+            raise _JSONEncodeError("Recursion limit reached") from None
+
     def round_floats(self, obj: Any) -> Any:
         """A copy of a small plain value with every float rounded (``float_decimals``)."""
         n = self.decimals
@@ -308,7 +316,7 @@ class Walker:
         """orjson's bytes for a small list or dict, without its brackets, indented for
         ``depth``; raises ``orjson.JSONEncodeError`` as orjson does."""
         if self.decimals is not None:
-            value = self.round_floats(value)
+            value = self.rounded(value)
         out = _dumps(value, option=self.inner, default=_probe_default)
         if not self.indent:
             return memoryview(out)[1:-1]
@@ -319,7 +327,7 @@ class Walker:
     def dump_whole(self, value: Any, depth: int) -> Piece:
         """orjson's bytes for a small value in place, indented for ``depth``."""
         if self.decimals is not None:
-            value = self.round_floats(value)
+            value = self.rounded(value)
         out = _dumps(value, option=self.inner, default=_probe_default)
         if self.indent and depth:
             return out.replace(b"\n", self.newline(depth))
