@@ -51,8 +51,9 @@ STR_SLICE: Final = 64 * 1024
 MAX_GROUP: Final = 4096
 #: Containers this short are planned element by element; longer ones are grouped adaptively.
 PLAN_ELEMENTS: Final = 32
-#: orjson's own limit on chained ``default`` calls; we stop at the same place.
-DEFAULT_CHAIN_LIMIT: Final = 254
+#: orjson calls ``default`` at most 255 times in a chain (its results being unsupported again);
+#: we stop at the same place.
+DEFAULT_CHAIN_LIMIT: Final = 255
 
 _dumps = orjson.dumps
 _JSONEncodeError = orjson.JSONEncodeError
