@@ -104,6 +104,7 @@ class _Container:
         "path",
         "plan",
         "source",
+        "via",
         "whole",
     )
 
@@ -138,6 +139,7 @@ class _Container:
         self.block = block
         self.i = 0  # next element of the block (adaptive) or next segment (planned)
         self.plan: list[tuple[int, int, int]] | None = None
+        self.via: list[int] = []  # objects ``default`` turned into this one (cycle check)
 
 
 #: Kinds of a planned segment: elements written together, or one element walked alone.
@@ -147,23 +149,25 @@ _RUN, _ALONE, _ALONE_BIG = 0, 1, 2
 class _Text:
     """A long string written one slice at a time."""
 
-    __slots__ = ("i", "path", "text")
+    __slots__ = ("i", "path", "text", "via")
 
     def __init__(self, text: str, path: tuple[bool, object] | None) -> None:
         self.text = text
         self.path = path
         self.i = 0
+        self.via: list[int] = []
 
 
 class _Array:
     """A large numpy array written along axis 0, a few rows per step."""
 
-    __slots__ = ("array", "depth", "first", "i", "path", "rows")
+    __slots__ = ("array", "depth", "first", "i", "path", "rows", "via")
 
     def __init__(self, array: Any, path: tuple[bool, object] | None, depth: int) -> None:
         self.array = array
         self.path = path
         self.depth = depth
+        self.via: list[int] = []
         self.i = 0
         self.first = True
         per_row = array.size // len(array) if len(array) else 1
@@ -461,16 +465,19 @@ class Walker:
         if t is dict or (self.subclasses and isinstance(obj, dict)):
             self.push(obj, path, depth, is_map=True, block=self.map_items(obj), whole=obj)
             out.append(b"{")
-        elif t is list or t is tuple or (self.subclasses and isinstance(obj, list)):
+        elif t is list or t is tuple:
             self.push(obj, path, depth, is_map=False, block=obj, whole=obj)
             out.append(b"[")
+        elif self.subclasses and isinstance(obj, list):
+            # The items themselves, as orjson takes them (not an overridden __getitem__).
+            self.push(obj, path, depth, is_map=False, block=list.copy(obj), whole=obj)
+            out.append(b"[")
         elif self.subclasses and isinstance(obj, str):
-            self.enter(str(obj), path, depth, chain, out)
-        elif (
-            self.dataclasses
-            and hasattr(type(obj), "__dataclass_fields__")
-            and not isinstance(obj, type)
-        ):
+            # The characters themselves, as orjson takes them (not an overridden __str__).
+            self.enter(str.__str__(obj), path, depth, chain, out)
+        elif self.dataclasses and "__dataclass_fields__" in type(obj).__dict__:
+            # orjson's test: the class itself was made by @dataclass (a plain subclass of one
+            # is not a dataclass to it).
             # Field by field: orjson never sorts a dataclass's keys, so no group of them may
             # go through one orjson call with OPT_SORT_KEYS.
             fields = self.dataclass_items(obj)
@@ -505,6 +512,9 @@ class Walker:
                     raise self.error(
                         "default serializer exceeds recursion limit", extra=path
                     ) from None
+                key = id(obj)
+                if key in self.active:
+                    raise self.error("Circular reference detected", extra=path) from None
                 try:
                     value = self.default(obj)
                 except Exception as exc:
@@ -513,7 +523,15 @@ class Walker:
                         f"(default raised {type(exc).__name__}: {exc})",
                         extra=path,
                     ) from exc
+                # ``obj`` is on the path until what it became is written: meeting it again
+                # below is a cycle, even when ``default`` builds fresh containers each time.
+                self.active.add(key)
+                height = len(self.stack)
                 self.enter(value, path, depth, chain + 1, out)
+                if len(self.stack) > height:
+                    self.stack[height].via.append(key)
+                else:
+                    self.active.discard(key)
 
     def dump_leaf(
         self, obj: Any, path: tuple[bool, object] | None, depth: int = 0, *, probe: bool = False
@@ -597,14 +615,20 @@ class Walker:
             frame.plan = self.plan(block, is_map)
         self.stack.append(frame)
 
-    def pop(self, frame: _Container | _Array) -> None:
+    def pop(self, frame: _Frame) -> None:
         self.stack.pop()
-        self.active.discard(id(frame.array if isinstance(frame, _Array) else frame.origin))
+        active = self.active
+        if type(frame) is _Container:
+            active.discard(id(frame.origin))
+        elif type(frame) is _Array:
+            active.discard(id(frame.array))
+        for key in frame.via:
+            active.discard(key)
 
     def step_text(self, frame: _Text, out: list[Piece]) -> None:
         text, i = frame.text, frame.i
         if i >= len(text):
-            self.stack.pop()
+            self.pop(frame)
             out.append(b'"')
             return
         part = text[i : i + STR_SLICE]
