@@ -1,0 +1,150 @@
+"""Checking one uploaded traces part: gunzip, hash, split into lines, parse every line.
+
+Runs in a worker thread (pure CPU work on bytes already received). It decompresses
+incrementally and stops at the first limit crossed, so a gzip bomb costs at most the batch
+limit, and the uncompressed batch is never held whole: only the line being cut out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import orjson
+
+__all__ = ["BatchLimits", "CheckedBatch", "Refused", "check_traces"]
+
+_PIECE = 1 << 20  # decompress at most this much at a time
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """What one upload may hold, counted on the uncompressed NDJSON."""
+
+    max_batch_bytes: int = 30 << 20
+    max_batch_lines: int = 1_000_000
+    max_line_bytes: int = 64 << 20
+
+
+class Refused(Exception):
+    """A request is refused; ``status`` is the HTTP status to answer (400, 413, ...)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class CheckedBatch:
+    """A traces part that passed every check.
+
+    ``ids`` holds each record's ``"id"`` (as its JSON encoding, so ``1`` and ``"1"`` differ)
+    for records that are objects with one; ``lines`` holds the raw lines only when asked for.
+    """
+
+    key: str  # "sha256:<hex>" of the uncompressed bytes
+    uncompressed_bytes: int
+    line_count: int
+    ids: list[bytes] = field(default_factory=list)
+    without_id: int = 0
+    lines: list[bytes] | None = None
+
+
+def check_traces(
+    compressed: Iterable[bytes], limits: BatchLimits, *, keep_lines: bool = False
+) -> CheckedBatch:
+    """Gunzip ``compressed`` (one or more gzip members), check every line, hash the bytes.
+
+    Raises ``Refused(400)`` for bad gzip or a line that is not JSON (naming the line,
+    counted from 1), ``Refused(413)`` as soon as a limit is crossed.
+    """
+    digest = hashlib.sha256()
+    out = CheckedBatch(key="", uncompressed_bytes=0, line_count=0)
+    if keep_lines:
+        out.lines = []
+    pending = bytearray()  # the start of a line whose newline has not arrived yet
+    total = 0
+
+    def take_line(line: bytes | bytearray) -> None:
+        number = out.line_count + 1
+        if len(line) > limits.max_line_bytes:
+            raise Refused(413, f"line {number} is {len(line)} bytes, over {limits.max_line_bytes}")
+        if number > limits.max_batch_lines:
+            raise Refused(413, f"batch has more than {limits.max_batch_lines} lines")
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise Refused(400, f"line {number} is not JSON: {exc}") from None
+        out.line_count = number
+        if isinstance(value, dict) and "id" in value:
+            out.ids.append(orjson.dumps(value["id"]))
+        else:
+            out.without_id += 1
+        if out.lines is not None:
+            out.lines.append(bytes(line))
+
+    def take(data: bytes) -> None:
+        nonlocal total
+        total += len(data)
+        if total > limits.max_batch_bytes:
+            raise Refused(413, f"batch is over {limits.max_batch_bytes} bytes uncompressed")
+        digest.update(data)
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                break
+            if pending:
+                pending.extend(memoryview(data)[start:end])
+                take_line(pending)
+                pending.clear()
+            else:
+                take_line(data[start:end])
+            start = end + 1
+        if start < len(data):
+            pending.extend(memoryview(data)[start:])
+            if len(pending) > limits.max_line_bytes:
+                raise Refused(
+                    413,
+                    f"line {out.line_count + 1} is over {limits.max_line_bytes} bytes",
+                )
+
+    _gunzip(compressed, take)
+    if pending:  # a last line without its newline still counts
+        take_line(pending)
+    out.key = "sha256:" + digest.hexdigest()
+    out.uncompressed_bytes = total
+    return out
+
+
+def _gunzip(compressed: Iterable[bytes], sink: Callable[[bytes], None]) -> None:
+    inflater = zlib.decompressobj(wbits=31)
+    fresh = True  # nothing fed to this inflater yet (a new member may or may not follow)
+    seen_any = False
+    try:
+        for chunk in compressed:
+            data = chunk
+            while data:
+                seen_any = True
+                fresh = False
+                while True:  # at most _PIECE bytes out at a time
+                    out = inflater.decompress(data, _PIECE)
+                    sink(out)
+                    data = inflater.unconsumed_tail
+                    if not data and (len(out) < _PIECE or inflater.eof):
+                        break
+                if inflater.eof:  # another gzip member may follow
+                    data = inflater.unused_data
+                    inflater = zlib.decompressobj(wbits=31)
+                    fresh = True
+                else:
+                    data = b""
+    except zlib.error as exc:
+        raise Refused(400, f"traces part is not valid gzip: {exc}") from None
+    if not seen_any:
+        raise Refused(400, "traces part is empty, not gzip")
+    if not fresh:
+        raise Refused(400, "traces part is truncated gzip")
