@@ -8,6 +8,7 @@ from .base import DeliveryStats, Monitor, Monitors
 from .errors import MonitorError, TraceFormatError, TraceWriteError, UploadError
 from .file import FileMonitor
 from .lag import LagStats, LoopLagProbe
+from .prime import PrimeMonitor
 from .records import Kind, Subset
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Monitor",
     "MonitorError",
     "Monitors",
+    "PrimeMonitor",
     "Subset",
     "TraceFormatError",
     "TraceWriteError",

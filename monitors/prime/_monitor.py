@@ -1,0 +1,507 @@
+"""PrimeMonitor: episodes to the Prime Traces API, metrics to the Prime RFT metrics endpoint."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import aclosing
+from typing import Any
+
+import aiohttp
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+import encoder
+
+from ..base import DeliveryStats, Ledger, Monitor, finite_metrics
+from ..records import Kind, Subset, build_record, check_kind
+from ._batch import Batch, BatchBuilder
+from ._client import Client
+from ._config import MAX_BATCH_LINES, MAX_LINE_BYTES, PrimeConfig, Secret
+
+__all__ = ["PrimeMonitor"]
+
+log = logging.getLogger("monitors.prime")
+
+TRACES_PATH = "/api/v1/traces"
+METRICS_PATH = "/api/v1/rft/metrics"
+#: Seconds between two warnings about a full queue (drops in between are summed).
+_WARN_EVERY = 5.0
+
+_Item = tuple[Any, int, str, str]  # episode, step, kind, subset
+_Line = tuple[list[bytes], int]  # encoded chunks, bytes in all
+
+
+class _RateLimitedWarning:
+    """At most one warning every ``every`` seconds, naming everything since the last one."""
+
+    def __init__(self, message: str, every: float = _WARN_EVERY) -> None:
+        self.message = message
+        self.every = every
+        self.last = -float("inf")
+        self.unreported = 0
+
+    def __call__(self, count: int) -> None:
+        self.unreported += count
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            log.warning(self.message, self.unreported)
+            self.last = now
+            self.unreported = 0
+
+
+class PrimeMonitor(Monitor):
+    """Uploads episodes to the Prime Traces API and metrics to the Prime API.
+
+    ``log_episodes`` and ``log_metrics`` never wait on the network: they put records on a
+    bounded queue (``queue_records`` episodes; a full queue drops the newest and counts them
+    as ``queue_full``). In the background, episodes are built (``to_record()``) and encoded
+    cooperatively on the loop, gathered into NDJSON batches (closed before ``batch_bytes``
+    uncompressed or 1,000,000 lines, or after ``linger`` seconds without a new record),
+    hashed and gzipped in a worker thread, and posted, up to ``max_in_flight`` at once (at
+    most that many batches exist, the one being assembled included). Retries resend the same
+    bytes under the same ``Idempotency-Key``. ``finalize`` drains within ``drain_timeout``.
+
+    ``stats()`` counts episodes only: ``delivered`` once the server committed their batch,
+    else lost by reason: ``queue_full``, ``too_large`` (a line over 64 MiB), ``bad_record``
+    (``to_record()`` raised), ``encode_error``, ``rejected`` (400 and other 4xx),
+    ``unauthorized`` (401/403: uploads stop, and everything after counts here), ``failed``
+    (5 attempts), ``drain_timeout``, ``cancelled`` (``finalize`` itself was cancelled) and
+    ``internal_error`` (a bug). Metrics posts are counted apart, in ``metrics_stats()``, with
+    the same reasons.
+
+    ``start`` enters the monitor's task group and ``finalize`` leaves it, so call both from
+    the same task with any cancel scope opened in between closed again (``async with``
+    does exactly this).
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        traces_url: str | None = None,
+        team_id: str | None = None,
+        base_url: str | None = None,
+        run_id: str | None = None,
+        max_in_flight: int = 8,
+        queue_records: int = 10_000,
+        batch_bytes: int = 30 * 2**20,
+        gzip_level: int = 1,
+        drain_timeout: float = 60.0,
+        retry_base: float = 1.0,
+        linger: float = 0.05,
+        metrics_queue: int = 1_000,
+        option: int = 0,
+        default: Callable[[Any], Any] | None = None,
+    ) -> None:
+        # The key is wrapped at once, so no repr, traceback local or log shows it.
+        self._api_key = None if api_key is None else Secret(api_key)
+        self._args: dict[str, Any] = {
+            "traces_url": traces_url,
+            "team_id": team_id,
+            "base_url": base_url,
+            "run_id": run_id,
+            "max_in_flight": max_in_flight,
+            "queue_records": queue_records,
+            "batch_bytes": batch_bytes,
+            "batch_lines": MAX_BATCH_LINES,
+            "line_bytes": MAX_LINE_BYTES,
+            "gzip_level": gzip_level,
+            "drain_timeout": drain_timeout,
+            "retry_base": retry_base,
+            "retry_after_cap": 60.0,
+            "attempts": 5,
+            "linger": linger,
+            "connect_timeout": 30.0,
+            "read_timeout": 300.0,
+        }
+        if isinstance(metrics_queue, bool) or not isinstance(metrics_queue, int):
+            raise ValueError(f"metrics_queue must be a positive integer, not {metrics_queue!r}")
+        if metrics_queue < 1:
+            raise ValueError(f"metrics_queue must be a positive integer, not {metrics_queue!r}")
+        self.metrics_queue = metrics_queue
+        self.option = option | encoder.OPT_APPEND_NEWLINE
+        self.default = default
+        self.config: PrimeConfig | None = None
+        self._ledger = Ledger()
+        self._metrics_ledger = Ledger()
+        self._group: TaskGroup | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._client: Client | None = None
+        self._send: MemoryObjectSendStream[_Item] | None = None
+        self._receive: MemoryObjectReceiveStream[_Item] | None = None
+        self._metrics_send: MemoryObjectSendStream[bytes] | None = None
+        self._metrics_receive: MemoryObjectReceiveStream[bytes] | None = None
+        self._slots: anyio.Semaphore | None = None
+        self._assembled = anyio.Event()
+        self._arrived = anyio.Event()  # set when episodes are queued (or the queue closes)
+        self._metrics_done = anyio.Event()
+        self._crashed = False
+        self._started = False
+        self._finalized = False
+        self._warn_full = _RateLimitedWarning(
+            "Prime monitor queue is full: dropped %d episode(s) (counted as 'queue_full')"
+        )
+        self._warn_metrics_full = _RateLimitedWarning(
+            "Prime monitor metrics queue is full: dropped %d metrics post(s)"
+        )
+
+    def __repr__(self) -> str:
+        config = self.config
+        where = "not started" if config is None else f"traces_url={config.traces_url!r}"
+        state = "finalized" if self._finalized else "running" if self._started else "new"
+        return f"PrimeMonitor({where}, {state}, {self._ledger.snapshot()})"
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Check the settings (``UploadError`` without an API key), open the HTTP session
+        and start the background tasks."""
+        if self._started:
+            raise RuntimeError("PrimeMonitor is already started")
+        key = None if self._api_key is None else self._api_key.reveal()
+        config = PrimeConfig.resolve(api_key=key, **self._args)
+        self.config = config
+        self._started = True
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=config.max_in_flight + 2),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=config.connect_timeout, sock_read=config.read_timeout
+            ),
+        )
+        self._session = session
+        self._client = Client(config, session)
+        self._send, self._receive = anyio.create_memory_object_stream[_Item](config.queue_records)
+        self._metrics_send, self._metrics_receive = anyio.create_memory_object_stream[bytes](
+            self.metrics_queue
+        )
+        self._slots = anyio.Semaphore(config.max_in_flight)
+        self._assembled, self._metrics_done, self._arrived = (anyio.Event() for _ in range(3))
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+        group.start_soon(self._assemble, name="PrimeMonitor batch assembler")
+        group.start_soon(self._send_metrics, name="PrimeMonitor metrics sender")
+        log.info(
+            "Prime monitor started: traces to %s, metrics to %s, run %s",
+            config.traces_url,
+            config.base_url,
+            config.run_id,
+        )
+
+    async def finalize(self) -> None:
+        """Deliver what is queued and in flight within ``drain_timeout``, then cancel the
+        rest (counted ``drain_timeout``) and close the session. Idempotent."""
+        if self._finalized:
+            return
+        self._finalized = True
+        group, config = self._group, self.config
+        if group is None or config is None:
+            return
+        assert self._send is not None
+        assert self._metrics_send is not None
+        reason = "cancelled"
+        try:
+            self._send.close()  # the assembler takes what is queued, then stops
+            self._arrived.set()
+            self._metrics_send.close()
+            with anyio.move_on_after(config.drain_timeout) as scope:
+                await self._assembled.wait()
+                await self._metrics_done.wait()
+            reason = "drain_timeout" if scope.cancelled_caught else "internal_error"
+        finally:
+            group.cancel_scope.cancel()
+            try:
+                await group.__aexit__(None, None, None)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if self._session is not None:
+                        await self._session.close()
+                self._count_rest(reason)
+
+    def _count_rest(self, reason: str) -> None:
+        for ledger, what in (
+            (self._ledger, "episode(s)"),
+            (self._metrics_ledger, "metrics post(s)"),
+        ):
+            rest = ledger.submitted - ledger.delivered - sum(ledger.lost.values())
+            if rest > 0:
+                ledger.lost[reason] += rest
+                log.warning(
+                    "Prime monitor: %d %s not delivered at finalize (%s)", rest, what, reason
+                )
+
+    def stats(self) -> DeliveryStats:
+        """Episodes: submitted, delivered, lost by reason (metrics are in ``metrics_stats``)."""
+        return self._ledger.snapshot()
+
+    def metrics_stats(self) -> DeliveryStats:
+        """Metrics posts (one per ``log_metrics`` call): submitted, delivered, lost."""
+        return self._metrics_ledger.snapshot()
+
+    # -- the caller's side: never waits -------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._finalized:
+            raise RuntimeError("PrimeMonitor is finalized")
+        if not self._started:
+            raise RuntimeError("PrimeMonitor is not started; call start() or use async with")
+
+    async def log_episodes(
+        self,
+        episodes: Iterable[Any],
+        *,
+        step: int,
+        kind: Kind = "train",
+        subset: Subset = "effective",
+    ) -> None:
+        """Queue episodes for upload and return at once (a full queue drops and counts)."""
+        self._check_open()
+        check_kind(kind, subset)
+        batch = list(episodes)
+        ledger = self._ledger
+        ledger.submitted += len(batch)
+        assert self._send is not None
+        assert self._client is not None
+        if self._client.stopped:
+            ledger.lost["unauthorized"] += len(batch)
+            return
+        send = self._send.send_nowait
+        if batch:
+            self._arrived.set()
+        for i, episode in enumerate(batch):
+            try:
+                send((episode, step, kind, subset))
+            except anyio.WouldBlock:
+                ledger.lost["queue_full"] += len(batch) - i
+                self._warn_full(len(batch) - i)
+                return
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                ledger.lost["internal_error"] += len(batch) - i
+                log.error("Prime monitor: the batch assembler is gone; episodes not queued")
+                return
+
+    async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
+        """Queue one metrics post (non-finite values dropped and named) and return at once."""
+        self._check_open()
+        assert self.config is not None
+        assert self._metrics_send is not None
+        ledger = self._metrics_ledger
+        ledger.submitted += 1
+        payload = {
+            "run_id": self.config.run_id,
+            "step": step,
+            "metrics": finite_metrics(metrics, step=step),
+        }
+        try:
+            body = encoder.encode(payload, option=encoder.OPT_SERIALIZE_NUMPY, default=self.default)
+        except encoder.EncodeError as exc:
+            ledger.lost["encode_error"] += 1
+            log.warning("step %d: metrics not sent: %s", step, exc)
+            return
+        try:
+            self._metrics_send.send_nowait(body)
+        except anyio.WouldBlock:
+            ledger.lost["queue_full"] += 1
+            self._warn_metrics_full(1)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            ledger.lost["internal_error"] += 1
+
+    # -- the background: assembling batches ---------------------------------------------
+
+    async def _assemble(self) -> None:
+        assert self._receive is not None
+        try:
+            async with anyio.create_task_group() as uploads:
+                try:
+                    await self._assemble_into(uploads)
+                except Exception:
+                    self._crashed = True
+                    log.exception("Prime monitor: batch assembly failed; uploads stop")
+        finally:
+            self._receive.close()
+            self._assembled.set()
+
+    async def _next(self, wait: float | None) -> _Item | None:
+        """The next queued episode; None after ``wait`` seconds without one. Raises
+        ``anyio.EndOfStream`` once the queue is closed and empty.
+
+        The timed wait is on an event, never on ``receive()``: a receive cancelled by its
+        deadline just as an item was handed to it would lose that item.
+        """
+        receive = self._receive
+        assert receive is not None
+        try:
+            return receive.receive_nowait()
+        except anyio.WouldBlock:
+            pass
+        if wait is None:
+            return await receive.receive()
+        self._arrived = arrived = anyio.Event()
+        with anyio.move_on_after(wait):
+            await arrived.wait()
+        try:
+            return receive.receive_nowait()
+        except anyio.WouldBlock:
+            return None
+
+    async def _assemble_into(self, uploads: TaskGroup) -> None:
+        config, client, slots = self.config, self._client, self._slots
+        assert config is not None
+        assert client is not None
+        assert slots is not None
+        ledger = self._ledger
+        builder: BatchBuilder | None = None
+        while True:
+            try:
+                item = await self._next(None if builder is None else config.linger)
+            except anyio.EndOfStream:
+                break
+            if item is None:  # the queue went quiet: send what we have
+                assert builder is not None
+                await self._ship(builder, uploads)
+                builder = None
+                continue
+            episode, step, kind, subset = item
+            if client.stopped:
+                ledger.lost["unauthorized"] += 1
+                if builder is not None:
+                    ledger.lost["unauthorized"] += builder.records
+                    builder = None
+                    slots.release()
+                continue
+            line = await self._encode(episode, step)
+            if line is None:
+                continue
+            chunks, length = line
+            if builder is not None and (
+                (builder.kind, builder.subset) != (kind, subset)
+                or not builder.fits(
+                    length, batch_bytes=config.batch_bytes, batch_lines=config.batch_lines
+                )
+            ):
+                await self._ship(builder, uploads)
+                builder = None
+            if builder is None:
+                await slots.acquire()  # at most max_in_flight batches exist at once
+                builder = BatchBuilder(gzip_level=config.gzip_level, kind=kind, subset=subset)
+            await builder.add(chunks, length, step=step)
+        if builder is not None:
+            await self._ship(builder, uploads)
+
+    async def _encode(self, episode: Any, step: int) -> _Line | None:
+        """One episode as its NDJSON line, or None (counted lost) if it cannot be one."""
+        config = self.config
+        assert config is not None
+        ledger = self._ledger
+        try:
+            record = build_record(episode)
+        except Exception as exc:
+            ledger.lost["bad_record"] += 1
+            log.warning("step %d: episode has no record: %r", step, exc)
+            return None
+        chunks: list[bytes] = []
+        length = 0
+        try:
+            encoded = encoder.aiterencode(record, option=self.option, default=self.default)
+            async with aclosing(encoded):
+                async for chunk in encoded:
+                    length += len(chunk)
+                    if length > config.line_bytes:
+                        ledger.lost["too_large"] += 1
+                        log.warning(
+                            "step %d: episode refused: its line is over %d bytes",
+                            step,
+                            config.line_bytes,
+                        )
+                        return None
+                    chunks.append(chunk)
+        except encoder.EncodeError as exc:
+            ledger.lost["encode_error"] += 1
+            log.warning("step %d: episode not encoded: %s", step, exc)
+            return None
+        return chunks, length
+
+    async def _ship(self, builder: BatchBuilder, uploads: TaskGroup) -> None:
+        config = self.config
+        assert config is not None
+        context = {
+            "run_id": config.run_id,
+            "step": builder.last_step,
+            "first_step": builder.first_step,
+            "kind": builder.kind,
+            "subset": builder.subset,
+        }
+        batch = await builder.close(context)
+        uploads.start_soon(self._upload, batch)
+
+    # -- the background: uploading ------------------------------------------------------
+
+    async def _upload(self, batch: Batch) -> None:
+        config, client, slots = self.config, self._client, self._slots
+        assert config is not None
+        assert client is not None
+        assert slots is not None
+        ledger = self._ledger
+        what = f"traces batch {batch.key[7:19]} ({batch.records} records)"
+        try:
+            headers = {
+                "Content-Type": batch.content_type,
+                "Idempotency-Key": batch.key,
+                "X-Prime-Line-Format": "episode",
+            }
+            result = await client.post(
+                config.traces_url + TRACES_PATH, batch.body, headers, what=what
+            )
+            if result.outcome == "delivered":
+                ledger.delivered += batch.records
+            else:
+                ledger.lost[result.outcome] += batch.records
+                if result.outcome != "unauthorized":
+                    log.warning(
+                        "Prime monitor: %s lost (%s after %d attempt(s)): %s",
+                        what,
+                        result.outcome,
+                        result.attempts,
+                        result.detail
+                        if result.status is None
+                        else f"HTTP {result.status} {result.detail}",
+                    )
+        except Exception:
+            ledger.lost["internal_error"] += batch.records
+            log.exception("Prime monitor: %s failed", what)
+        finally:
+            slots.release()
+
+    async def _send_metrics(self) -> None:
+        config, client, receive = self.config, self._client, self._metrics_receive
+        assert config is not None
+        assert client is not None
+        assert receive is not None
+        ledger = self._metrics_ledger
+        url = config.base_url + METRICS_PATH
+        try:
+            async with receive:
+                async for body in receive:
+                    try:
+                        result = await client.post(
+                            url, body, {"Content-Type": "application/json"}, what="metrics"
+                        )
+                    except Exception:
+                        ledger.lost["internal_error"] += 1
+                        log.exception("Prime monitor: metrics post failed")
+                        continue
+                    if result.outcome == "delivered":
+                        ledger.delivered += 1
+                    else:
+                        ledger.lost[result.outcome] += 1
+                        if result.outcome != "unauthorized":
+                            log.warning(
+                                "Prime monitor: metrics post lost (%s): %s",
+                                result.outcome,
+                                result.detail,
+                            )
+        finally:
+            self._metrics_done.set()

@@ -1,0 +1,406 @@
+"""PrimeMonitor against a real Prime Traces API server (``TracesServer``) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from email.utils import formatdate
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+import monitors
+from monitors import DeliveryStats, LoopLagProbe, PrimeMonitor, UploadError
+from monitors.prime._client import retry_after_seconds
+from monitors.testing import TracesServer
+
+KEY = "sk-nodewise-test-6f1c2b9e4d7a"
+TEAM = "team-42"
+RUN = "run-abc"
+BIG = "y" * (1 << 20)  # shared by the big episodes, so they cost ~nothing to build
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def running() -> Iterator[TracesServer]:
+    with TracesServer(api_key=KEY, team_id=TEAM, keep_lines=True) as server:
+        yield server
+
+
+@pytest.fixture
+def server(running: TracesServer) -> TracesServer:
+    running.reset(faults=True)
+    return running
+
+
+@pytest.fixture(autouse=True)
+def no_prime_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PRIME_API_KEY", "PRIME_TRACES_URL", "PRIME_TEAM_ID", "PRIME_API_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("RUN_ID", raising=False)
+
+
+def small(i: int, size: int = 3000) -> dict[str, Any]:
+    return {"id": i, "text": f"episode {i} " + "x" * size, "reward": i / 7}
+
+
+def big(i: int, megabytes: int) -> dict[str, Any]:
+    return {"id": i, "parts": [BIG] * megabytes, "reward": 1.0}
+
+
+def make(server: TracesServer, **kwargs: Any) -> PrimeMonitor:
+    options: dict[str, Any] = {
+        "api_key": KEY,
+        "traces_url": server.url,
+        "base_url": server.url,
+        "team_id": TEAM,
+        "run_id": RUN,
+        "retry_base": 0.01,
+        **kwargs,
+    }
+    return PrimeMonitor(**options)
+
+
+def balanced(stats: DeliveryStats) -> None:
+    assert stats.pending == 0, stats
+    assert stats.delivered + sum(stats.lost.values()) == stats.submitted, stats
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    with anyio.fail_after(timeout):
+        while not await check():
+            await anyio.sleep(0.02)
+
+
+# -- delivery ---------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_300_episodes_delivered_once_without_stalling_the_loop(
+    server: TracesServer,
+) -> None:
+    episodes: list[dict[str, Any]] = [
+        big(i, 1 + i % 5) if i % 30 == 0 else small(i) for i in range(300)
+    ]
+    slowest = 0.0
+    async with LoopLagProbe() as probe, make(server, batch_bytes=4 << 20) as monitor:
+        for start in range(0, 300, 10):
+            began = time.perf_counter()
+            await monitor.log_episodes(episodes[start : start + 10], step=start // 10)
+            slowest = max(slowest, time.perf_counter() - began)
+            began = time.perf_counter()
+            await monitor.log_metrics({"loss": 1.0 / (1 + start), "nan": math.nan}, step=start)
+            slowest = max(slowest, time.perf_counter() - began)
+            await anyio.sleep(0.01)
+    stats = monitor.stats()
+    lag = probe.stats()
+    assert stats == DeliveryStats(300, 300, {}), stats
+    served = await server.astats()
+    assert served["unique_ids"] == 300
+    assert served["duplicate_ids"] == 0
+    assert served["lines_stored"] == 300
+    assert served["uploads"] > 1  # batches closed at batch_bytes
+    print(f"slowest log call {slowest * 1000:.2f} ms; {lag}")
+    assert slowest < 0.05, slowest
+    assert lag.p99 < 50, lag
+    assert lag.max < 250, lag
+    # metrics: one post per call, the NaN dropped, never counted with the episodes
+    assert monitor.metrics_stats() == DeliveryStats(30, 30, {})
+    posted = await server.ametrics()
+    assert len(posted) == 30
+    assert posted[0] == {"run_id": RUN, "step": 0, "metrics": {"loss": 1.0}}
+
+
+@pytest.mark.anyio
+async def test_request_headers_and_body(server: TracesServer) -> None:
+    episodes = [small(i, 100) for i in range(20)]
+    async with make(server) as monitor:
+        await monitor.log_episodes(episodes, step=3, kind="eval", subset="all")
+    assert monitor.stats() == DeliveryStats(20, 20, {})
+    (request,) = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
+    assert request["status"] == 200
+    headers = request["headers"]
+    assert headers["authorization"] == "Bearer <redacted>"
+    assert headers["x-prime-team-id"] == TEAM
+    assert headers["x-prime-line-format"] == "episode"
+    assert headers["content-type"].startswith("multipart/form-data; boundary=")
+    assert headers["idempotency-key"] == request["computed_key"]
+    assert request["idempotency_key"].startswith("sha256:")
+    metadata, traces = request["parts"]
+    assert metadata["name"] == "metadata"
+    assert metadata["headers"]["content-type"] == "application/json"
+    assert traces["name"] == "traces"
+    assert traces["headers"]["content-disposition"] == (
+        'form-data; name="traces"; filename="traces.jsonl"'
+    )
+    assert traces["headers"]["content-type"] == "application/x-ndjson"
+    assert traces["headers"]["content-encoding"] == "gzip"
+    assert request["compressed_bytes"] < request["uncompressed_bytes"]  # really gzipped
+    assert request["lines"] == 20
+    assert request["metadata"] == {
+        "schema_version": 1,
+        "context": {"run_id": RUN, "step": 3, "first_step": 3, "kind": "eval", "subset": "all"},
+    }
+    assert await server.alines() == [orjson.dumps(e) for e in episodes]
+
+
+@pytest.mark.anyio
+async def test_settings_from_the_environment(
+    server: TracesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PRIME_API_KEY", KEY)
+    monkeypatch.setenv("PRIME_TRACES_URL", server.url + "/api/v1/")
+    monkeypatch.setenv("PRIME_API_BASE_URL", server.url)
+    monkeypatch.setenv("PRIME_TEAM_ID", TEAM)
+    monkeypatch.setenv("RUN_ID", "run-from-env")
+    async with PrimeMonitor(retry_base=0.01) as monitor:
+        await monitor.log_episodes([small(1), small(2)], step=1)
+        await monitor.log_metrics({"a": 1}, step=1)
+    assert monitor.stats() == DeliveryStats(2, 2, {})
+    assert (await server.ametrics())[0]["run_id"] == "run-from-env"
+
+
+@pytest.mark.anyio
+async def test_to_record_is_called_when_batched_and_bad_records_are_counted(
+    server: TracesServer,
+) -> None:
+    class Lazy:
+        built = 0
+
+        def __init__(self, i: int) -> None:
+            self.i = i
+
+        def to_record(self) -> dict[str, Any]:
+            Lazy.built += 1
+            if self.i == 3:
+                raise ValueError("no record for you")
+            return small(self.i, 10)
+
+    async with make(server) as monitor:
+        await monitor.log_episodes([Lazy(i) for i in range(5)], step=0)
+        assert Lazy.built == 0  # not built by the call
+        await monitor.log_episodes([{"id": 9, "bad": {1, 2}}], step=1)  # a set: not JSON
+    assert monitor.stats() == DeliveryStats(6, 4, {"bad_record": 1, "encode_error": 1})
+
+
+# -- faults -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_429_honours_retry_after(server: TracesServer) -> None:
+    await server.aset_faults(script=[429], retry_after=1)
+    async with make(server, retry_base=5.0) as monitor:  # backoff alone would wait 2.5 s+
+        await monitor.log_episodes([small(i) for i in range(10)], step=0)
+    assert monitor.stats() == DeliveryStats(10, 10, {})
+    first, second = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
+    assert first["status"] == 429
+    assert second["status"] == 200
+    assert first["idempotency_key"] == second["idempotency_key"]
+    assert 0.9 <= second["time"] - first["time"] < 2.4
+
+
+@pytest.mark.anyio
+async def test_503_bursts_are_retried_then_given_up(server: TracesServer) -> None:
+    await server.aset_faults(script=[503] * 7)
+    async with make(server, max_in_flight=1) as monitor:
+        await monitor.log_episodes([small(i) for i in range(10)], step=0)
+        await wait_until(lambda: _requests_at_least(server, 5))
+        await monitor.log_episodes([small(i) for i in range(10, 20)], step=1)
+    stats = monitor.stats()
+    assert stats == DeliveryStats(20, 10, {"failed": 10}), stats
+    served = await server.astats()
+    assert served["requests"] == {"200": 1, "503": 7}
+    assert served["unique_ids"] == 10
+
+
+async def _requests_at_least(server: TracesServer, n: int) -> bool:
+    return int((await server.astats())["requests_total"]) >= n
+
+
+@pytest.mark.anyio
+async def test_random_503s_balance(server: TracesServer) -> None:
+    await server.aset_faults(fail_rate_503=0.4, seed=7)
+    async with make(server, batch_bytes=20_000) as monitor:
+        for step in range(10):
+            await monitor.log_episodes([small(step * 10 + i) for i in range(10)], step=step)
+    stats = monitor.stats()
+    balanced(stats)
+    assert set(stats.lost) <= {"failed"}
+    served = await server.astats()
+    assert served["unique_ids"] == stats.delivered
+    assert served["duplicate_ids"] == 0
+
+
+@pytest.mark.anyio
+async def test_dropped_connections_are_retried_with_the_same_bytes(server: TracesServer) -> None:
+    await server.aset_faults(script=["drop", "drop"])
+    async with make(server) as monitor:
+        await monitor.log_episodes([small(i, 50_000) for i in range(20)], step=0)
+    assert monitor.stats() == DeliveryStats(20, 20, {})
+    served = await server.astats()
+    assert served["dropped"] == 2
+    assert served["unique_ids"] == 20
+    assert served["duplicate_ids"] == 0
+    keys = {r["idempotency_key"] for r in await server.arequests()}
+    assert len(keys) == 1
+
+
+@pytest.mark.anyio
+async def test_server_down_at_start_then_up(server: TracesServer) -> None:
+    await server.aset_faults(down=True)
+    async with make(server, retry_base=0.2) as monitor:
+        await monitor.log_episodes([small(i) for i in range(50)], step=0)
+        await wait_until(lambda: _requests_at_least(server, 1))
+        await anyio.sleep(0.3)
+        await server.aset_faults(down=False)
+    assert monitor.stats() == DeliveryStats(50, 50, {})
+    served = await server.astats()
+    assert served["refused"] >= 1
+    assert served["unique_ids"] == 50
+
+
+@pytest.mark.anyio
+async def test_wrong_key_stops_uploads_with_one_error(
+    server: TracesServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = "sk-wrong-key-0000-9999"
+    with caplog.at_level(logging.DEBUG):
+        async with make(server, api_key=wrong) as monitor:
+            await monitor.log_episodes([small(i) for i in range(20)], step=0)
+            await wait_until(lambda: _requests_at_least(server, 1))
+            await anyio.sleep(0.2)
+            await monitor.log_episodes([small(i) for i in range(20, 50)], step=1)
+            await monitor.log_metrics({"loss": 1.0}, step=1)
+    assert monitor.stats() == DeliveryStats(50, 0, {"unauthorized": 50})
+    balanced(monitor.metrics_stats())
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, caplog.text
+    assert "401" in errors[0].getMessage()
+    assert wrong not in caplog.text
+    assert wrong not in repr(monitor)
+    served = await server.astats()
+    assert served["requests"] == {"401": 1}
+
+
+@pytest.mark.anyio
+async def test_a_line_over_64_mib_is_refused_locally(server: TracesServer) -> None:
+    huge = "z" * (36 << 20)
+    async with make(server) as monitor:
+        await monitor.log_episodes([small(1), {"id": 2, "a": huge, "b": huge}, small(3)], step=0)
+    del huge
+    assert monitor.stats() == DeliveryStats(3, 2, {"too_large": 1})
+    assert (await server.astats())["unique_ids"] == 2
+
+
+@pytest.mark.anyio
+async def test_a_full_queue_drops_the_newest_and_warns_once(
+    server: TracesServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    await server.aset_faults(latency=0.3)
+    with caplog.at_level(logging.WARNING, logger="monitors.prime"):
+        async with make(server, queue_records=5, max_in_flight=1) as monitor:
+            for step in range(4):
+                await monitor.log_episodes([small(step * 50 + i) for i in range(50)], step=step)
+    stats = monitor.stats()
+    balanced(stats)
+    assert set(stats.lost) == {"queue_full"}
+    assert stats.lost["queue_full"] >= 150
+    assert (await server.astats())["unique_ids"] == stats.delivered
+    full = [r for r in caplog.records if "queue is full" in r.getMessage()]
+    assert len(full) == 1, caplog.text
+
+
+@pytest.mark.anyio
+async def test_drain_timeout_counts_what_was_left(server: TracesServer) -> None:
+    await server.aset_faults(latency=5.0)
+    async with make(server, drain_timeout=0.5) as monitor:
+        await monitor.log_episodes([small(i) for i in range(10)], step=0)
+        began = time.monotonic()
+    assert time.monotonic() - began < 2.5
+    assert monitor.stats() == DeliveryStats(10, 0, {"drain_timeout": 10})
+
+
+@pytest.mark.anyio
+async def test_cancelled_finalize_still_accounts_for_everything(server: TracesServer) -> None:
+    await server.aset_faults(latency=5.0)
+    monitor = make(server)
+
+    async def run() -> None:
+        async with monitor:
+            await monitor.log_episodes([small(i) for i in range(10)], step=0)
+            await monitor.log_metrics({"x": 1}, step=0)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await anyio.sleep(0.5)
+        group.cancel_scope.cancel()
+    await monitor.finalize()  # again: nothing to do
+    assert monitor.stats() == DeliveryStats(10, 0, {"cancelled": 10})
+    balanced(monitor.metrics_stats())
+    with pytest.raises(RuntimeError, match="finalized"):
+        await monitor.log_episodes([small(1)], step=1)
+
+
+# -- configuration and secrecy --------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_missing_key_is_an_upload_error_at_start(server: TracesServer) -> None:
+    monitor = PrimeMonitor(traces_url=server.url)
+    with pytest.raises(UploadError, match="PRIME_API_KEY"):
+        await monitor.start()
+    with pytest.raises(RuntimeError, match="not started"):
+        await monitor.log_episodes([small(1)], step=0)
+
+
+@pytest.mark.anyio
+async def test_the_key_never_shows(server: TracesServer, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG):
+        monitor = make(server)
+        assert KEY not in repr(monitor)
+        async with monitor:
+            assert KEY not in repr(monitor)
+            assert KEY not in repr(monitor.config)
+            await server.aset_faults(script=[503, "drop", 400])
+            await monitor.log_episodes([small(i) for i in range(5)], step=0)
+        assert KEY not in repr(monitor)
+    assert monitor.stats() == DeliveryStats(5, 0, {"rejected": 5})
+    assert "400" in caplog.text
+    assert KEY not in caplog.text
+
+
+def test_monitor_is_exported() -> None:
+    assert monitors.PrimeMonitor is PrimeMonitor
+    assert "PrimeMonitor" in monitors.__all__
+
+
+def test_retry_after_parsing() -> None:
+    assert retry_after_seconds(None, cap=60) is None
+    assert retry_after_seconds("3", cap=60) == 3.0
+    assert retry_after_seconds("120", cap=60) == 60.0
+    assert retry_after_seconds("soon", cap=60) is None
+    later = retry_after_seconds(formatdate(time.time() + 10, usegmt=True), cap=60)
+    assert later is not None
+    assert 8 <= later <= 10.5
+    assert retry_after_seconds(formatdate(time.time() - 10, usegmt=True), cap=60) == 0.0
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="metrics_queue"):
+        PrimeMonitor(api_key=KEY, metrics_queue=0)
+
+
+@pytest.mark.anyio
+async def test_wrong_team_is_unauthorized_too(server: TracesServer) -> None:
+    async with make(server, team_id="not-my-team") as monitor:
+        await monitor.log_episodes([small(i) for i in range(5)], step=0)
+    assert monitor.stats() == DeliveryStats(5, 0, {"unauthorized": 5})
+    assert (await server.astats())["requests"] == {"403": 1}
