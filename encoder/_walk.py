@@ -24,7 +24,6 @@ import orjson
 
 from .errors import EncodeError, format_path
 from .options import (
-    ALL_OPTIONS,
     OPT_APPEND_NEWLINE,
     OPT_INDENT_2,
     OPT_NON_STR_KEYS,
@@ -201,8 +200,12 @@ class Walker:
         float_decimals: int | None = None,
         allow_async: bool = False,
     ) -> None:
-        if not isinstance(option, int) or isinstance(option, bool) or option & ~ALL_OPTIONS:
+        if not isinstance(option, int) or isinstance(option, bool):
             raise EncodeError("Invalid opts")
+        try:
+            _dumps(None, option=option)  # refused exactly when orjson refuses it
+        except _JSONEncodeError:
+            raise EncodeError("Invalid opts") from None
         if default is not None and not callable(default):
             raise EncodeError("default must be callable")
         if float_decimals is not None and (

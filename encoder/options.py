@@ -39,18 +39,3 @@ OPT_UTC_Z: int = orjson.OPT_UTC_Z
 
 #: Pre-encoded JSON, written as it is (orjson's own type).
 Fragment = orjson.Fragment
-
-ALL_OPTIONS: int = (
-    OPT_APPEND_NEWLINE
-    | OPT_INDENT_2
-    | OPT_NAIVE_UTC
-    | OPT_NON_STR_KEYS
-    | OPT_OMIT_MICROSECONDS
-    | OPT_PASSTHROUGH_DATACLASS
-    | OPT_PASSTHROUGH_DATETIME
-    | OPT_PASSTHROUGH_SUBCLASS
-    | OPT_SERIALIZE_NUMPY
-    | OPT_SORT_KEYS
-    | OPT_STRICT_INTEGER
-    | OPT_UTC_Z
-)
