@@ -17,6 +17,7 @@ from anyio.lowlevel import checkpoint
 
 from ._chunks import Chunker
 from ._walk import AnextRequest, Walker
+from .errors import EncodeError
 from .sync import DEFAULT_CHUNK_SIZE
 
 __all__ = ["DEFAULT_BUDGET", "adump", "aiterencode"]
@@ -100,6 +101,11 @@ async def aiterencode(
                 await give_turn()
                 turn.given = now = clock()
                 deadline = now + budget
+    except EncodeError:
+        last = chunker.flush()  # the prefix before the bad node first, then the error
+        if last is not None:
+            yield last
+        raise
     finally:
         walk.close()
     last = chunker.flush()

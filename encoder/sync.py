@@ -9,6 +9,7 @@ import orjson
 
 from ._chunks import Chunker
 from ._walk import AnextRequest, Walker
+from .errors import EncodeError
 
 __all__ = ["dump", "encode", "iterencode"]
 
@@ -58,7 +59,8 @@ def iterencode(
     """The JSON of ``obj`` as non-empty chunks of at most ``chunk_size`` bytes.
 
     Each ``next()`` does bounded work (about one chunk's worth), so a caller may interleave
-    other work between chunks. Options and errors are as for ``encode``.
+    other work between chunks. Options and errors are as for ``encode``; on ``EncodeError``
+    the chunks before the bad node are yielded first, then the error is raised.
     """
     chunker = Chunker(chunk_size)
     walker = Walker(
@@ -69,11 +71,19 @@ def iterencode(
 
 def _iterencode(walker: Walker, chunker: Chunker) -> Iterator[bytes]:
     add = chunker.add
-    for piece in walker:
-        assert not isinstance(piece, AnextRequest)  # only with allow_async
-        full = add(piece)
-        if full is not None:
-            yield from full
+    try:
+        for piece in walker:
+            assert not isinstance(piece, AnextRequest)  # only with allow_async
+            full = add(piece)
+            if full is not None:
+                yield from full
+    except EncodeError:
+        # Everything before the bad node is handed out first: a sink keeps the longest
+        # prefix there is, then the error comes.
+        last = chunker.flush()
+        if last is not None:
+            yield last
+        raise
     last = chunker.flush()
     if last is not None:
         yield last
