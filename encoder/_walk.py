@@ -431,7 +431,7 @@ class Walker:
             if len(obj) <= NUMBERS_PER_SLICE:
                 try:
                     numeric = type(sum(obj)) in _NumberSum
-                except TypeError:
+                except Exception:  # not plain numbers (numpy scalars overflow, say)
                     numeric = False
                 if numeric:
                     try:
@@ -853,7 +853,7 @@ class Walker:
             part = block if i == 0 and len(block) <= n else block[i : i + n]
             try:
                 numeric = type(sum(part)) in _NumberSum
-            except TypeError:
+            except Exception:  # not plain numbers (numpy scalars overflow, say)
                 numeric = False
             if numeric:
                 try:
@@ -911,7 +911,7 @@ def _numbers_size(values: list[Any] | tuple[Any, ...]) -> int:
     element, where exploring it costs ~15), or ``_BIG`` when it holds anything else."""
     try:
         total = sum(values)
-    except TypeError:
+    except Exception:  # not plain numbers (numpy scalars overflow, say)
         return _BIG
     t = type(total)
     if t is int:
