@@ -385,7 +385,8 @@ class _Api:
             raise Refused(400, f"bad multipart boundary: {exc}") from None
         limits = self.limits
         # A compressed part a little over the uncompressed limit can only be over it too.
-        traces_limit = limits.max_batch_bytes + limits.max_batch_bytes // 64 + (64 << 10)
+        most = max(limits.max_batch_bytes, limits.max_line_bytes + 1)
+        traces_limit = most + most // 64 + (64 << 10)
         parts: dict[str, _Part] = {}
         current: _Part | None = None
         try:

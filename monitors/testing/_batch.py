@@ -74,6 +74,11 @@ def check_traces(
             raise Refused(413, f"line {number} is {len(line)} bytes, over {limits.max_line_bytes}")
         if number > limits.max_batch_lines:
             raise Refused(413, f"batch has more than {limits.max_batch_lines} lines")
+        out.uncompressed_bytes += len(line) + 1
+        # One line may be up to max_line_bytes on its own (the client sends a line too big
+        # for a shared batch alone); a batch of several may not pass max_batch_bytes.
+        if number > 1 and out.uncompressed_bytes > limits.max_batch_bytes:
+            raise Refused(413, f"batch is over {limits.max_batch_bytes} bytes uncompressed")
         try:
             value = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
@@ -89,7 +94,7 @@ def check_traces(
     def take(data: bytes) -> None:
         nonlocal total
         total += len(data)
-        if total > limits.max_batch_bytes:
+        if total > max(limits.max_batch_bytes, limits.max_line_bytes + 1):
             raise Refused(413, f"batch is over {limits.max_batch_bytes} bytes uncompressed")
         digest.update(data)
         start = 0
