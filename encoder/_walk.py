@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterator
 from datetime import date, datetime, time
 from gc import get_referents
@@ -59,6 +60,7 @@ _JSONEncodeError = orjson.JSONEncodeError
 _NumberSum = (int, float)
 _BIG: Final = 1 << 62
 _LEVEL_SLICE: Final = 512
+_ORJSON_DEPTH: Final = 254  # orjson's own nesting limit
 
 Piece: TypeAlias = bytes | memoryview
 
@@ -240,6 +242,7 @@ class Walker:
         )
         self.stack: list[_Frame] = []
         self.active: set[int] = set()
+        self.deep_skips = 0  # estimates to skip (see ``size``)
         self._newlines: list[bytes] = [b"\n"]
 
     # -- small helpers ---------------------------------------------------------------------
@@ -262,8 +265,18 @@ class Walker:
         """
         plain = self.plain
         check_types = self.check_types
+        if self.deep_skips:
+            # Just below a subtree found deeper than orjson goes: too deep as well, most
+            # likely; not looking again keeps a 100,000-deep chain linear.
+            self.deep_skips -= 1
+            return _BIG
         total = 8 * len(level)
+        levels = 0
         while level:
+            levels += 1
+            if levels > 2 * _ORJSON_DEPTH:
+                self.deep_skips = _ORJSON_DEPTH
+                return _BIG  # orjson refuses deeper nesting anyway: walk it
             # A level is measured, and the next one gathered, a slice at a time: a subtree
             # that is too big is found so after about GROUP_BYTES / 8 objects looked at.
             following: list[Any] = []
@@ -546,8 +559,8 @@ class Walker:
                 out = _dumps(obj, option=self.inner, default=_probe_default)
             elif self.decimals is not None and type(obj) is float:
                 out = _dumps(round(obj, self.decimals), option=self.inner)
-            elif self.decimals is not None and _is_ndarray(obj) and obj.dtype.kind == "f":
-                out = _dumps(obj.round(self.decimals), option=self.inner)
+            elif self.decimals is not None and _is_numpy_float(obj):
+                out = _dumps(_round_numpy(obj, self.decimals), option=self.inner)
             else:
                 out = _dumps(obj, option=self.inner)
         except _JSONEncodeError as exc:
@@ -661,7 +674,7 @@ class Walker:
         frame.i = i + frame.rows
         part = array[i : i + frame.rows]
         if self.decimals is not None and part.dtype.kind == "f":
-            part = part.round(self.decimals)
+            part = _round_numpy(part, self.decimals)
         try:
             out.append(self.dump_group(part, depth))
         except _JSONEncodeError as exc:
@@ -871,11 +884,18 @@ class Walker:
                 return piece
         if frame.cap > i:
             g = min(g, frame.cap - i)
-        if g == 1:
-            value = block[i][1] if frame.is_map else block[i]
-            t = type(value)
-            if (t is list or t is tuple) and len(value) > 64 and type(value[0]) in _NumberSum:
-                return None  # a list of numbers: ``enter`` proves it so more cheaply
+        value = block[i][1] if frame.is_map else block[i]
+        t = type(value)
+        if t not in self.plain:
+            # Not plain JSON (a dataclass, a subclass, ...): exploring it would wander into
+            # its class; it is walked on its own.
+            frame.group = 1
+            return None
+        long_numbers = (
+            (t is list or t is tuple) and len(value) > 64 and type(value[0]) in _NumberSum
+        )
+        if g == 1 and long_numbers:
+            return None  # a list of numbers: ``enter`` proves it so more cheaply
         part = block[i : i + g]
         group: Any = dict(part) if frame.is_map else part
         if frame.is_map and len(group) != len(part):
@@ -919,6 +939,26 @@ def _numbers_size(values: list[Any] | tuple[Any, ...]) -> int:
     if t is float:
         return 20 * len(values)
     return _BIG
+
+
+def _is_numpy_float(obj: Any) -> bool:
+    """A numpy float scalar or float array (``float_decimals`` rounds those too)."""
+    return (
+        type(obj).__module__ == "numpy"
+        and getattr(obj, "dtype", None) is not None
+        and (obj.dtype.kind == "f")
+    )
+
+
+def _round_numpy(obj: Any, n: int) -> Any:
+    """A numpy float scalar or array rounded element by element as ``round(x, n)`` rounds a
+    Python float (numpy's own ``round`` scales by 10**n and can differ in the last digit),
+    in the same dtype."""
+    if not hasattr(obj, "shape") or obj.shape == ():
+        return type(obj)(round(float(obj), n))
+    numpy = sys.modules["numpy"]  # loaded: we hold one of its arrays
+    flat = [round(x, n) for x in obj.ravel().tolist()]
+    return numpy.array(flat, dtype=obj.dtype).reshape(obj.shape)
 
 
 def _is_ndarray(obj: object) -> bool:
