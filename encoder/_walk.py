@@ -379,7 +379,8 @@ class Walker:
         if all(type(k) is str for k, _ in items):
             items.sort(key=itemgetter(0))
         else:
-            keyed = [(self.key_bytes(k).decode(), k, v) for k, v in items]
+            # orjson sorts by the text each key becomes (not its quoted, escaped form).
+            keyed = [(orjson.loads(self.key_bytes(k)), k, v) for k, v in items]
             keyed.sort(key=itemgetter(0))
             items = [(k, v) for _, k, v in keyed]
         return items
