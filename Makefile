@@ -37,6 +37,7 @@ pytest: $(VENV)/.synced
 bench: $(VENV)/.synced
 	$(RUN) -m bench
 	$(RUN) -m bench.file_monitor
+	$(RUN) -m bench.prime_monitor
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .hypothesis
