@@ -442,17 +442,12 @@ class Walker:
             return
         if (t is list or t is tuple) and obj and type(obj[0]) in _NumberSum:
             # A list of numbers, proven so by ``sum`` (~4 ns an element): whole if short.
-            if len(obj) <= NUMBERS_PER_SLICE:
+            if len(obj) <= NUMBERS_PER_SLICE and _numbers_size(obj) != _BIG:
                 try:
-                    numeric = type(sum(obj)) in _NumberSum
-                except Exception:  # not plain numbers (numpy scalars overflow, say)
-                    numeric = False
-                if numeric:
-                    try:
-                        out.append(self.dump_whole(obj, depth))
-                        return
-                    except _JSONEncodeError:
-                        pass  # a bad number: walk it to find which
+                    out.append(self.dump_whole(obj, depth))
+                    return
+                except _JSONEncodeError:
+                    pass  # a bad number: walk it to find which
             big = True
         if t is dict and not big and len(obj) <= PLAN_ELEMENTS:
             # A record-like dict: plan it from its values (a long list of numbers among them
@@ -865,11 +860,7 @@ class Walker:
         if not frame.is_map and type(block[i]) in _NumberSum:
             n = frame.numbers
             part = block if i == 0 and len(block) <= n else block[i : i + n]
-            try:
-                numeric = type(sum(part)) in _NumberSum
-            except Exception:  # not plain numbers (numpy scalars overflow, say)
-                numeric = False
-            if numeric:
+            if _numbers_size(part) != _BIG:
                 try:
                     piece = self.dump_group(part, depth)
                 except _JSONEncodeError:
