@@ -693,26 +693,16 @@ class Walker:
         if t is dict:
             if len(value) > PLAN_ELEMENTS:
                 return self.size([value])
-            # A record: its values one by one (strings by length, a long list of numbers
-            # makes it walked so that ``sum`` proves the list, containers by ``size``).
+            # A record: its values one by one, so a long list of numbers in it is proven by
+            # ``sum`` rather than explored; a nested dict is measured by ``size``.
             total = 8
             for key, item in value.items():
-                ti = type(item)
-                if ti is str:
-                    total += len(item) + 8
-                elif ti is int or ti is float or ti is bool or item is None:
-                    total += 16
-                elif (
-                    (ti is list or ti is tuple) and len(item) > 256 and type(item[0]) in _NumberSum
-                ):
-                    total += _numbers_size(item)
-                else:
-                    total += self.size([item]) + 8
-                total += len(key) if type(key) is str else 8
+                total += self.size([item]) if type(item) is dict else self.estimate(item)
+                total += len(key) + 8 if type(key) is str else 16
                 if total > GROUP_BYTES:
                     return total
             return total
-        if self.check_types and t in self.plain:
+        if t in self.plain:
             return 40  # date, time, datetime
         return _BIG
 

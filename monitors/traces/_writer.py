@@ -35,6 +35,11 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _write_joined(fd: int, chunks: list[bytes]) -> None:
+    """One batch: joined here, in the worker thread, so the copy is not made on the loop."""
+    _write_all(fd, b"".join(chunks))
+
+
 class _Drain:
     """The worker side of one record's write: takes batches, writes them, keeps the error."""
 
@@ -42,11 +47,11 @@ class _Drain:
         self.fd = fd
         self.error: OSError | None = None
 
-    async def run(self, batches: MemoryObjectReceiveStream[bytes]) -> None:
+    async def run(self, batches: MemoryObjectReceiveStream[list[bytes]]) -> None:
         async with batches:
-            async for data in batches:
+            async for chunks in batches:
                 try:
-                    await anyio.to_thread.run_sync(_write_all, self.fd, data)
+                    await anyio.to_thread.run_sync(_write_joined, self.fd, chunks)
                 except OSError as exc:
                     self.error = exc
                     return  # closing the stream tells the encoding side to stop
@@ -204,7 +209,7 @@ class TraceWriter:
         """Encode ``value`` into the current chunk; raise ``_TooLong`` past ``limit`` bytes
         when the chunk already holds records."""
         drain = _Drain(self._data_fd)
-        send, receive = anyio.create_memory_object_stream[bytes](_BATCHES_IN_FLIGHT)
+        send, receive = anyio.create_memory_object_stream[list[bytes]](_BATCHES_IN_FLIGHT)
         total = 0
         failure: BaseException | None = None
         async with anyio.create_task_group() as group:
@@ -223,10 +228,10 @@ class TraceWriter:
                         batch.append(chunk)
                         batch_bytes += len(chunk)
                         if batch_bytes >= _BATCH_BYTES:
-                            await send.send(b"".join(batch))
+                            await send.send(batch)
                             batch, batch_bytes = [], 0
                     if batch:
-                        await send.send(b"".join(batch))
+                        await send.send(batch)
             except anyio.BrokenResourceError:
                 pass  # the drain stopped on a write error, kept in drain.error
             except Exception as exc:
