@@ -14,7 +14,7 @@ all: test
 $(TOOLS)/bin/uv:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --target $(TOOLS) uv
 
-$(VENV)/.synced: uv.lock pyproject.toml | $(UV)
+$(VENV)/.synced: uv.lock pyproject.toml setup.py encoder/_csize.c | $(UV)
 	PYTHONPATH=$(TOOLS) $(UV) sync --locked --quiet
 	touch $@
 

@@ -3,9 +3,9 @@
 Nothing here does I/O or knows about event loops; the drivers in ``sync`` and ``aio`` decide
 when to hand control back. Every step does a bounded amount of work: a group of small values
 handed to ``orjson.dumps`` whole, one slice of a long string, list or array, or the bracket and
-key of a large container. What is "small" is decided with C-level checks (``len``, ``sum``,
-``gc.get_referents``) so the walk adds little per-element Python work to what orjson itself
-spends.
+key of a large container. What is "small" is decided by C-level checks: the ``_csize``
+extension when it was built (a few ns a node), else builtins (``len``, ``sum``,
+``gc.get_referents``, 25-45 ns a node), so the walk adds no per-element Python work.
 """
 
 from __future__ import annotations
@@ -55,10 +55,16 @@ PLAN_ELEMENTS: Final = 32
 #: we stop at the same place.
 DEFAULT_CHAIN_LIMIT: Final = 255
 
+try:
+    from . import _csize
+except ImportError:  # built without a C compiler: the checks below use builtins instead
+    _csize = None  # type: ignore[assignment]
+
 _dumps = orjson.dumps
 _JSONEncodeError = orjson.JSONEncodeError
 _NumberSum = (int, float)
 _BIG: Final = 1 << 62
+_DEEP: Final = _BIG + 1  # from _csize.size: nested deeper than orjson writes
 _LEVEL_SLICE: Final = 512
 _ORJSON_DEPTH: Final = 254  # orjson's own nesting limit
 
@@ -240,6 +246,8 @@ class Walker:
         self.check_types = bool(option & (OPT_SERIALIZE_NUMPY | OPT_INDENT_2)) or (
             float_decimals is not None
         )
+        self.leaves = tuple(plain - {str, int, float, bool, type(None), list, dict, tuple})
+        self.csize = _csize
         self.stack: list[_Frame] = []
         self.active: set[int] = set()
         self.deep_skips = 0  # estimates to skip (see ``size``)
@@ -263,13 +271,19 @@ class Walker:
         and ``len`` (``hypot`` for all-number slices, ``length_hint`` for mixed ones) for
         string and container sizes.
         """
-        plain = self.plain
-        check_types = self.check_types
         if self.deep_skips:
             # Just below a subtree found deeper than orjson goes: too deep as well, most
             # likely; not looking again keeps a 100,000-deep chain linear.
             self.deep_skips -= 1
             return _BIG
+        if self.csize is not None:
+            total = self.csize.size(level, GROUP_BYTES, self.leaves)
+            if total == _DEEP:
+                self.deep_skips = _ORJSON_DEPTH
+                return _BIG
+            return total
+        plain = self.plain
+        check_types = self.check_types
         total = 8 * len(level)
         levels = 0
         while level:
@@ -442,7 +456,7 @@ class Walker:
             return
         if (t is list or t is tuple) and obj and type(obj[0]) in _NumberSum:
             # A list of numbers, proven so by ``sum`` (~4 ns an element): whole if short.
-            if len(obj) <= NUMBERS_PER_SLICE and _numbers_size(obj) != _BIG:
+            if len(obj) <= NUMBERS_PER_SLICE and self.numbers_size(obj) != _BIG:
                 try:
                     out.append(self.dump_whole(obj, depth))
                     return
@@ -678,17 +692,26 @@ class Walker:
 
     # -- containers ----------------------------------------------------------------------
 
+    def numbers_size(self, values: list[Any] | tuple[Any, ...]) -> int:
+        """Estimated JSON bytes of a list of ints and floats, or ``_BIG`` if it holds
+        anything else."""
+        if self.csize is not None:
+            return self.csize.numbers(values)
+        return _numbers_size(values)
+
     def estimate(self, value: Any) -> int:
         """Estimated JSON bytes of one element, more than ``GROUP_BYTES`` when it must be
         walked on its own (large, a long list of numbers, or not a plain JSON type)."""
         t = type(value)
         if t is str:
             return len(value) + 2
+        if self.csize is not None:
+            return self.size([value])
         if t is int or t is float or t is bool or value is None:
             return 8
         if t is list or t is tuple:
             if len(value) > 256 and type(value[0]) in _NumberSum:
-                return _numbers_size(value)
+                return self.numbers_size(value)
             return self.size([value])
         if t is dict:
             if len(value) > PLAN_ELEMENTS:
@@ -850,7 +873,7 @@ class Walker:
         if not frame.is_map and type(block[i]) in _NumberSum:
             n = frame.numbers
             part = block if i == 0 and len(block) <= n else block[i : i + n]
-            if _numbers_size(part) != _BIG:
+            if self.numbers_size(part) != _BIG:
                 try:
                     piece = self.dump_group(part, depth)
                 except _JSONEncodeError:

@@ -1,0 +1,198 @@
+"""The optional C size check (``encoder._csize``) against a plain recursive reference, and the
+walker's pure-Python fallback (used where no C compiler built the extension) against orjson."""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+from datetime import date, datetime
+from typing import Any
+
+import orjson
+import pytest
+from conftest import JSON_FILES
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import any_values, chunk_sizes, json_values, options, orjson_or_error
+
+from encoder import EncodeError, _walk
+from encoder._chunks import Chunker
+from encoder._walk import GROUP_BYTES, Walker
+
+BIG = 1 << 62
+DEEP = BIG + 1
+
+csize = _walk._csize
+
+
+def test_the_extension_is_built_where_a_compiler_is() -> None:
+    # setup.py marks it optional; here, with a compiler, a failed build is a regression.
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    assert shutil.which(compiler) is None or csize is not None, "encoder._csize was not built"
+
+
+def reference(value: Any, leaves: tuple[type, ...], depth: int = 0) -> int:
+    """What ``_csize.size`` estimates, with no early stop."""
+    t = type(value)
+    if t is str:
+        return len(value) + 2
+    if t is int:
+        return 8
+    if t is float:
+        return 20
+    if value is None or t is bool:
+        return 5
+    if t in (list, tuple, dict):
+        if depth >= 254:
+            return DEEP
+        if t is dict:
+            parts = [2]
+            for k, v in value.items():
+                parts.append(len(k) + 4 if type(k) is str else 24)
+                parts.append(reference(v, leaves, depth + 1))
+        else:
+            parts = [2 + len(value)] + [reference(v, leaves, depth + 1) for v in value]
+        return DEEP if DEEP in parts else BIG if BIG in parts else sum(parts)
+    if t in leaves:
+        return 40
+    return BIG
+
+
+needs_csize = pytest.mark.skipif(csize is None, reason="encoder._csize is not built")
+
+leaf_types = (datetime, date)
+sized_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=40)
+    | st.datetimes()
+    | st.dates()
+    | st.just(b"bytes")  # anything else: must be walked
+    | st.builds(lambda s: type("Sub", (str,), {})(s), st.text(max_size=3)),
+    lambda kids: (
+        st.lists(kids, max_size=6)
+        | st.lists(kids, max_size=6).map(tuple)
+        | st.dictionaries(st.text(max_size=8) | st.integers(), kids, max_size=6)
+    ),
+    max_leaves=40,
+)
+
+
+@needs_csize
+@given(values=st.lists(sized_values, max_size=4), limit=st.integers(0, 2000))
+def test_size_matches_the_reference(values: list[Any], limit: int) -> None:
+    assert csize is not None
+    expected = sum(reference(v, leaf_types) for v in values)
+    got = csize.size(values, limit, leaf_types)
+    if expected <= limit:
+        assert got == expected
+    else:
+        assert got > limit
+    assert csize.size(tuple(values), limit, leaf_types) == got
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+@needs_csize
+@pytest.mark.parametrize(("depth", "deep"), [(254, False), (255, True), (10_000, True)])
+def test_size_says_when_nesting_is_deeper_than_orjson_writes(depth: int, deep: bool) -> None:
+    assert csize is not None
+    got = csize.size([_nested(depth)], BIG, ())
+    assert (got == DEEP) is deep
+    assert reference(_nested(depth), ()) == got
+
+
+@needs_csize
+def test_size_stops_at_the_limit_without_looking_further() -> None:
+    assert csize is not None
+    # Past the limit before the bytes object: "too big", not "must be walked".
+    assert 100 < csize.size(["x" * 200, b"bytes"], 100, ()) < BIG
+    assert csize.size([b"bytes", "x" * 200], 100, ()) == BIG
+
+
+@needs_csize
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([], 0),
+        ([1, 2, True], 24),
+        ((1, 2.5), 40),
+        ([1, float("nan")], 40),
+        ([1, "2"], BIG),
+        ([1, [2]], BIG),
+        ([1, type("Int", (int,), {})(2)], BIG),
+    ],
+)
+def test_numbers(values: Any, expected: int) -> None:
+    assert csize is not None
+    assert csize.numbers(values) == expected
+
+
+@needs_csize
+def test_bad_arguments_are_refused() -> None:
+    assert csize is not None
+    with pytest.raises(TypeError):
+        csize.size({"a": 1}, 10, ())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        csize.size([], 10, [str])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        csize.numbers(iter([1]))  # type: ignore[arg-type]
+
+
+# -- the pure-Python fallback --------------------------------------------------------------
+
+
+@pytest.fixture
+def pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_walk, "_csize", None)
+    assert Walker(None).csize is None
+
+
+def _walked(value: Any, *, option: int = 0, chunk_size: int = 65536) -> bytes:
+    walker = Walker(value, option=option)
+    assert walker.csize is None
+    data = b"".join(walker)  # type: ignore[arg-type]
+    for k in {chunk_size, 1 + len(data) // 3}:
+        chunker = Chunker(k)
+        pieces = [c for p in Walker(value, option=option) for c in chunker.add(p) or []]  # type: ignore[arg-type]
+        last = chunker.flush()
+        assert b"".join(pieces + ([last] if last else [])) == data
+    return data
+
+
+@pytest.mark.usefixtures("pure_python")
+@given(value=json_values() | any_values(), option=options, chunk_size=chunk_sizes)
+def test_pure_python_fallback_matches_orjson(value: Any, option: int, chunk_size: int) -> None:
+    expected, error = orjson_or_error(value, option=option)
+    if error is None:
+        assert _walked(value, option=option, chunk_size=chunk_size) == expected
+    else:
+        with pytest.raises(EncodeError):
+            _walked(value, option=option, chunk_size=chunk_size)
+
+
+@pytest.mark.usefixtures("pure_python")
+def test_pure_python_fallback_on_the_corpus(load_corpus: Any) -> None:
+    for name in JSON_FILES:
+        value = load_corpus(name)
+        assert _walked(value) == orjson.dumps(value), name
+
+
+def test_both_checks_group_a_large_document_alike(
+    load_corpus: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both checks cut twitter.json into steps of at most about GROUP_BYTES each."""
+    value = load_corpus("twitter.json")
+    for impl in (csize, None):
+        monkeypatch.setattr(_walk, "_csize", impl)
+        pieces = [p for p in Walker(value) if p]
+        assert b"".join(pieces) == orjson.dumps(value)  # type: ignore[arg-type]
+        assert max(map(len, pieces)) < 4 * GROUP_BYTES
+        assert len(pieces) > len(orjson.dumps(value)) // (4 * GROUP_BYTES)
