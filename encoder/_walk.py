@@ -900,7 +900,10 @@ class Walker:
             (t is list or t is tuple) and len(value) > 64 and type(value[0]) in _NumberSum
         )
         if g == 1 and long_numbers:
-            return None  # a list of numbers: ``enter`` proves it so more cheaply
+            # A list of numbers alone: ``enter`` proves it so more cheaply. (The group may
+            # be larger than g, cut to 1 by ``cap``: it must shrink, or this step repeats.)
+            frame.group = 1
+            return None
         part = block[i : i + g]
         group: Any = dict(part) if frame.is_map else part
         if frame.is_map and len(group) != len(part):

@@ -88,6 +88,9 @@ def test_lone_surrogate_in_key_path(run: Callable[..., Any]) -> None:
         ({"x": [{"y": -(2**63) - 1}], "pad": PAD}, "$.x[0].y"),
         ([0] * 10_000 + [2**64], "$[10000]"),
         ({"n": [1.5] * 3000 + [2**70] + [1] * 3000}, "$.n[3000]"),
+        # Found by fuzz/encode.py: a long list of numbers just before bad ints, in a long
+        # list, once looped forever (the group cut to one element never shrank).
+        ([{}] * 20 + [[23901, -6.9e307] * 2900] + [-(2**70)] * 200, "$[21]"),
     ],
 )
 def test_int_out_of_range_path(run: Callable[..., Any], value: Any, path: str) -> None:
