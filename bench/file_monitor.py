@@ -6,6 +6,9 @@ Both sides log the same production-sized episodes (sizes drawn as in DESIGN sect
 ``log`` call per episode, while a probe samples the event loop every 1 ms:
 
 - ours: ``FileMonitor.log_episodes`` (cooperative encoding on the loop, writes in a thread);
+- ``WandbMonitor.log_episodes`` in wandb's offline mode (a temporary ``WANDB_DIR``): the same
+  trace writer inside the run's files directory, plus handing sealed chunks to W&B (when
+  wandb is installed: ``pip install 'nodewise[wandb]'``);
 - baseline: ``orjson.dumps`` then ``write`` in ``asyncio.to_thread`` (orjson holds the GIL,
   so the loop stalls for the whole encode of each episode).
 
@@ -18,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib.util
+import os
 import shutil
 import tempfile
 import time
@@ -28,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from monitors import FileMonitor, LagStats, LoopLagProbe
+from monitors import FileMonitor, LagStats, LoopLagProbe, WandbMonitor
 
 from .episodes import make_episode, sample_sizes
 
@@ -85,6 +90,22 @@ async def run_ours(sizes: list[int], root: Path) -> Run:
     return run
 
 
+async def run_wandb(sizes: list[int], root: Path) -> Run:
+    # Everything wandb writes (run, logs, cache) goes under root, removed at the end.
+    os.environ.setdefault("WANDB_SILENT", "true")
+    for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        os.environ.setdefault(name, str(root / "wandb-home" / name.lower()))
+    monitor = WandbMonitor(project="nodewise-bench", mode="offline", dir=root / "wandb")
+    async with monitor:
+
+        async def log(episode: dict[str, Any]) -> None:
+            await monitor.log_episodes([episode], step=0, subset="all")
+
+        run = await _drive("WandbMonitor (offline)", sizes, log)
+    assert monitor.stats().delivered == len(sizes), monitor.stats()
+    return run
+
+
 async def run_baseline(sizes: list[int], root: Path) -> Run:
     path = root / "baseline.jsonl"
     with open(path, "ab") as f:
@@ -122,12 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="nodewise-bench-"))
     try:
         ours = asyncio.run(run_ours(sizes, root))
+        runs = [ours]
+        if importlib.util.find_spec("wandb") is not None:
+            runs.append(asyncio.run(run_wandb(sizes, root)))
         base = asyncio.run(run_baseline(sizes, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"file monitor: {n} production-sized episodes (lognormal, median 6.4 MB, cap 60 MB)")
     print()
-    print(table([ours, base], base))
+    print(table([*runs, base], base))
+    if len(runs) == 1:
+        print("(no WandbMonitor row: wandb is not installed)")
     print()
     print(
         "MB/s = JSON bytes / time spent inside the log calls; lag = a task asking to wake "

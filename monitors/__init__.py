@@ -10,6 +10,7 @@ from .file import FileMonitor
 from .lag import LagStats, LoopLagProbe
 from .prime import PrimeMonitor
 from .records import Kind, Subset
+from .wandb_monitor import WandbMonitor
 
 __all__ = [
     "DeliveryStats",
@@ -25,4 +26,5 @@ __all__ = [
     "TraceFormatError",
     "TraceWriteError",
     "UploadError",
+    "WandbMonitor",
 ]

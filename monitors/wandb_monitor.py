@@ -1,0 +1,406 @@
+"""WandbMonitor: metrics to a W&B run's history, episodes to trace streams in the run's files.
+
+The module is named ``wandb_monitor`` (not ``wandb``) so that it can never shadow the
+``wandb`` package, whatever ends up on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+import encoder
+
+from .base import DeliveryStats, Ledger, Monitor, finite_metrics
+from .errors import MonitorError, TraceWriteError
+from .records import Kind, Subset, build_record, check_kind
+from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
+from .traces._layout import INDEX_NAME, chunk_path, list_chunks
+
+if TYPE_CHECKING:
+    from wandb import Run
+
+__all__ = ["WandbMonitor"]
+
+log = logging.getLogger("monitors.wandb")
+
+INSTALL_HINT = "pip install 'nodewise[wandb]'"
+#: What the monitor sets unless ``settings`` says otherwise: the orchestrator's stdout and
+#: stderr are left alone (capturing them would hook every write, on the event loop too), no
+#: code is saved, and W&B prints only what matters.
+DEFAULT_SETTINGS: Mapping[str, Any] = {"console": "off", "save_code": False, "quiet": True}
+#: Longest pause between two ``wandb.init`` attempts, before jitter.
+_RETRY_CAP = 30.0
+
+_Step = tuple[dict[str, Any], int]  # metrics, step
+
+
+class _Stream:
+    """One trace stream and how much of it was handed to W&B."""
+
+    __slots__ = ("directory", "lock", "saved", "sealed", "writer")
+
+    def __init__(self, writer: TraceWriter) -> None:
+        self.writer = writer
+        self.directory = writer.directory
+        self.lock = anyio.Lock()  # one hand-over at a time
+        self.saved = 0  # chunks below this number were handed to W&B
+        self.sealed = 0  # chunks below this number are complete (the writer rolled past them)
+
+
+class WandbMonitor(Monitor):
+    """Logs a run to Weights & Biases::
+
+        run history                                   log_metrics, one row per step
+        <run.dir>/traces/<kind>/<subset>/00000.jsonl  log_episodes (see monitors.traces)
+
+    ``start`` imports wandb and calls ``wandb.init`` in a worker thread (one run per monitor,
+    ``reinit="create_new"``), retrying transient failures (``CommError``, timeouts) up to
+    ``init_attempts`` times with jittered exponential backoff slept with ``anyio.sleep``.
+    ``mode`` defaults to ``$WANDB_MODE``, else "online".
+
+    ``log_metrics`` drops non-finite values (naming them in a warning) and queues the step
+    for one worker that calls ``run.log(metrics, step=step)`` in a thread, in order, so
+    steps are never reordered and the loop never waits on the SDK (``run.log`` writes to
+    wandb-core's socket and can block when it is backed up). A full queue
+    (``metrics_queue`` steps) drops the step; ``metrics_stats()`` counts steps logged and
+    lost (``queue_full``, ``log_error``, ``cancelled``: still queued when ``finalize`` was
+    cancelled).
+
+    ``log_episodes`` writes exactly as ``FileMonitor`` does (same encoder, layout and
+    accounting in ``stats()``: delivered once written, lost as ``bad_record``,
+    ``encode_error``, ``write_error`` or ``cancelled``), into the run's files directory;
+    with ``mode="disabled"`` nothing is written and episodes count as lost (``disabled``).
+    Files reach W&B as they are sealed: when a stream rolls, its finished chunks are saved
+    with policy "now" (uploaded once, right away: a sealed chunk never changes), and
+    ``finalize`` closes every stream and saves the last chunks and the indexes with "now"
+    before ``run.finish()``. Policy "live" would re-upload a multi-GiB chunk every time it
+    grows; "end" would hold every upload back until the run ends.
+
+    ``finalize`` flushes the metrics queue, seals and saves the streams and finishes the
+    run (in a thread); it is idempotent. ``start`` enters the monitor's task group and
+    ``finalize`` leaves it: call both from the same task (``async with`` does).
+    """
+
+    def __init__(
+        self,
+        *,
+        project: str,
+        entity: str | None = None,
+        name: str | None = None,
+        group: str | None = None,
+        tags: Sequence[str] | None = None,
+        mode: str | None = None,
+        dir: str | os.PathLike[str] | None = None,
+        config: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        option: int = 0,
+        default: Callable[[Any], Any] | None = None,
+        fsync: bool = True,
+        metrics_queue: int = 10_000,
+        init_attempts: int = 5,
+        retry_base: float = 1.0,
+    ) -> None:
+        if metrics_queue < 1:
+            raise ValueError(f"metrics_queue must be positive, not {metrics_queue!r}")
+        if init_attempts < 1:
+            raise ValueError(f"init_attempts must be positive, not {init_attempts!r}")
+        self.project = project
+        self.entity = entity
+        self.name = name
+        self.group = group
+        self.tags = None if tags is None else list(tags)
+        self.mode = mode or os.environ.get("WANDB_MODE") or "online"
+        self.dir = None if dir is None else Path(dir)
+        self.config = None if config is None else dict(config)
+        self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
+        self.chunk_bytes = chunk_bytes
+        self.option = option
+        self.default = default
+        self.fsync = fsync
+        self.metrics_queue = metrics_queue
+        self.init_attempts = init_attempts
+        self.retry_base = retry_base
+        self.run: Run | None = None
+        self._ledger = Ledger()
+        self._metrics_ledger = Ledger()
+        self._streams: dict[tuple[str, str], _Stream] = {}
+        self._group: TaskGroup | None = None
+        self._metrics_send: MemoryObjectSendStream[_Step] | None = None
+        self._started = False
+        self._disabled = False
+        self._finalized = False
+
+    def __repr__(self) -> str:
+        state = "finalized" if self._finalized else "running" if self._group else "new"
+        return f"WandbMonitor(project={self.project!r}, mode={self.mode!r}, {state})"
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Import wandb and create the run (both in a worker thread), then start the
+        metrics worker. Raises ``MonitorError`` when wandb is missing or init fails."""
+        if self._started:
+            raise RuntimeError("WandbMonitor is already started")
+        self._started = True
+        try:
+            # Importing wandb takes about a second: not on the loop.
+            wandb = await anyio.to_thread.run_sync(importlib.import_module, "wandb")
+        except ImportError as exc:
+            raise MonitorError(f"WandbMonitor needs the wandb package: {INSTALL_HINT}") from exc
+        run = await self._init(wandb)
+        self._disabled = bool(run.disabled)
+        send, receive = anyio.create_memory_object_stream[_Step](self.metrics_queue)
+        self._metrics_send = send
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+        group.start_soon(self._log_steps, receive, name="WandbMonitor metrics worker")
+        log.info("W&B run %s started (%s): files in %s", run.id, self.mode, run.dir)
+
+    async def _init(self, wandb: Any) -> Run:
+        transient = (wandb.errors.CommError, TimeoutError)
+        for attempt in range(1, self.init_attempts + 1):
+            try:
+                run: Run = await anyio.to_thread.run_sync(self._init_once, wandb)
+                return run
+            except wandb.errors.AuthenticationError as exc:
+                raise MonitorError(f"wandb.init refused the credentials: {exc}") from exc
+            except transient as exc:
+                if attempt == self.init_attempts:
+                    raise MonitorError(f"wandb.init failed {attempt} times; last: {exc!r}") from exc
+                delay = min(_RETRY_CAP, self.retry_base * 2 ** (attempt - 1))
+                delay *= random.uniform(0.5, 1.5)
+                log.warning(
+                    "wandb.init attempt %d/%d failed (%r); retrying in %.1f s",
+                    attempt,
+                    self.init_attempts,
+                    exc,
+                    delay,
+                )
+                await anyio.sleep(delay)
+            except Exception as exc:  # UsageError, bad settings, ...: retrying cannot help
+                raise MonitorError(f"wandb.init failed: {exc!r}") from exc
+        raise AssertionError("unreachable")
+
+    def _init_once(self, wandb: Any) -> Run:
+        """One ``wandb.init``, in a worker thread."""
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        run: Run = wandb.init(
+            project=self.project,
+            entity=self.entity,
+            name=self.name,
+            group=self.group,
+            tags=self.tags,
+            mode=self.mode,
+            dir=self.dir,
+            config=self.config,
+            reinit="create_new",
+            settings=wandb.Settings(**self.settings),
+        )
+        self.run = run  # here, so that finalize finishes it even if start was cancelled
+        return run
+
+    async def finalize(self) -> None:
+        """Log the queued steps, seal every stream and save its files, finish the run.
+        Idempotent."""
+        if self._finalized:
+            return
+        self._finalized = True
+        run, group = self.run, self._group
+        if run is None:
+            return
+        try:
+            if group is not None:
+                assert self._metrics_send is not None
+                self._metrics_send.close()  # the worker logs what is queued, then stops
+                await group.__aexit__(None, None, None)
+        finally:
+            # Local work and the SDK's own finish: done even if finalize is cancelled.
+            with anyio.CancelScope(shield=True):
+                try:
+                    for stream in self._streams.values():
+                        await stream.writer.close()
+                        await self._hand_over(stream, final=True)
+                finally:
+                    await anyio.to_thread.run_sync(run.finish)
+                    self._count_unlogged()
+
+    def _count_unlogged(self) -> None:
+        ledger = self._metrics_ledger
+        rest = ledger.submitted - ledger.delivered - sum(ledger.lost.values())
+        if rest > 0:
+            ledger.lost["cancelled"] += rest
+            log.warning("W&B monitor: %d step(s) of metrics not logged at finalize", rest)
+
+    def stats(self) -> DeliveryStats:
+        """Episodes: submitted, written, lost by reason (metrics are in ``metrics_stats``)."""
+        return self._ledger.snapshot()
+
+    def metrics_stats(self) -> DeliveryStats:
+        """Metrics steps (one per ``log_metrics`` call): submitted, logged, lost by reason."""
+        return self._metrics_ledger.snapshot()
+
+    def stream_dir(self, kind: Kind, subset: Subset) -> Path:
+        """Where a (kind, subset) stream lives: ``<run.dir>/traces/<kind>/<subset>``."""
+        if self.run is None:
+            raise RuntimeError("WandbMonitor is not started; the run has no directory yet")
+        return Path(self.run.dir) / "traces" / kind / subset
+
+    def _check_open(self) -> None:
+        if self._finalized:
+            raise RuntimeError("WandbMonitor is finalized")
+        if self._group is None:
+            raise RuntimeError("WandbMonitor is not started; call start() or use async with")
+
+    # -- metrics ------------------------------------------------------------------------
+
+    async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
+        """Queue one step's metrics (non-finite values dropped and named); returns at once."""
+        self._check_open()
+        assert self._metrics_send is not None
+        ledger = self._metrics_ledger
+        ledger.submitted += 1
+        try:
+            self._metrics_send.send_nowait((finite_metrics(metrics, step=step), step))
+        except anyio.WouldBlock:
+            ledger.lost["queue_full"] += 1
+            log.warning("step %d: W&B metrics queue is full; step dropped", step)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            ledger.lost["log_error"] += 1
+            log.error("step %d: the W&B metrics worker is gone; step dropped", step)
+
+    async def _log_steps(self, receive: MemoryObjectReceiveStream[_Step]) -> None:
+        """The one metrics worker: takes every queued step, logs them in order in a
+        thread, and waits for that before taking more."""
+        ledger = self._metrics_ledger
+        async with receive:
+            async for first in receive:
+                steps = [first]
+                while True:
+                    try:
+                        steps.append(receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                try:
+                    failed = await anyio.to_thread.run_sync(self._log_in_thread, steps)
+                except Exception:
+                    log.exception("W&B monitor: logging %d step(s) failed", len(steps))
+                    failed = len(steps)
+                ledger.delivered += len(steps) - failed
+                if failed:
+                    ledger.lost["log_error"] += failed
+
+    def _log_in_thread(self, steps: list[_Step]) -> int:
+        """``run.log`` each step, in order; returns how many failed."""
+        run = self.run
+        assert run is not None
+        failed = 0
+        for metrics, step in steps:
+            try:
+                run.log(metrics, step=step)
+            except Exception:
+                failed += 1
+                log.warning("step %d: run.log failed", step, exc_info=True)
+        return failed
+
+    # -- episodes -----------------------------------------------------------------------
+
+    def _stream(self, kind: Kind, subset: Subset) -> _Stream:
+        key = (kind, subset)
+        stream = self._streams.get(key)
+        if stream is None:
+            writer = TraceWriter(
+                self.stream_dir(kind, subset),
+                chunk_bytes=self.chunk_bytes,
+                option=self.option,
+                default=self.default,
+                fsync=self.fsync,
+            )
+            stream = self._streams[key] = _Stream(writer)
+        return stream
+
+    async def log_episodes(
+        self,
+        episodes: Iterable[Any],
+        *,
+        step: int,
+        kind: Kind = "train",
+        subset: Subset = "effective",
+    ) -> None:
+        """Write the episodes to the (kind, subset) trace stream, in order, as
+        ``FileMonitor`` does; chunks sealed meanwhile are then handed to W&B."""
+        self._check_open()
+        check_kind(kind, subset)
+        batch = list(episodes)
+        ledger = self._ledger
+        ledger.submitted += len(batch)
+        if self._disabled:  # mode="disabled": W&B keeps nothing, so neither do we
+            ledger.lost["disabled"] += len(batch)
+            return
+        stream = self._stream(kind, subset)
+        writer = stream.writer
+        for i, episode in enumerate(batch):
+            try:
+                record = build_record(episode)
+            except Exception as exc:
+                ledger.lost["bad_record"] += 1
+                log.warning("step %d: episode %d has no record: %r", step, i, exc)
+                continue
+            try:
+                row = await writer.append(record, step=step, kind=kind, subset=subset)
+            except encoder.EncodeError as exc:
+                ledger.lost["encode_error"] += 1
+                log.warning("step %d: episode %d not written: %s", step, i, exc)
+            except TraceWriteError:
+                ledger.lost["write_error"] += len(batch) - i
+                raise
+            except BaseException:
+                ledger.lost["cancelled"] += len(batch) - i
+                raise
+            else:
+                ledger.delivered += 1
+                stream.sealed = max(stream.sealed, row.chunk)
+        if stream.sealed > stream.saved:
+            await self._hand_over(stream, final=False)
+
+    async def _hand_over(self, stream: _Stream, *, final: bool) -> None:
+        """Save the stream's sealed chunks not saved yet (``final``: every chunk left and
+        the index) with policy "now", in a thread. A failure is logged, not raised: the
+        files stay in the run's directory, and ``finalize`` tries again."""
+        async with stream.lock:
+            upto = None if final else stream.sealed
+            if upto is not None and upto <= stream.saved:
+                return  # another call handed them over meanwhile
+            try:
+                stream.saved = await anyio.to_thread.run_sync(self._save_in_thread, stream, upto)
+            except Exception:
+                log.warning("W&B monitor: cannot save files of %s", stream.directory, exc_info=True)
+
+    def _save_in_thread(self, stream: _Stream, upto: int | None) -> int:
+        """``run.save`` the chunks from ``stream.saved`` below ``upto`` (all when None, with
+        the index); returns the first chunk number not saved."""
+        run = self.run
+        assert run is not None
+        chunks = [n for n in list_chunks(stream.directory) if n >= stream.saved]
+        if upto is not None:
+            chunks = [n for n in chunks if n < upto]
+        paths = [chunk_path(stream.directory, n) for n in chunks]
+        if upto is None and (stream.directory / INDEX_NAME).exists():
+            paths.append(stream.directory / INDEX_NAME)
+        for path in paths:
+            # Literal file names (no glob metacharacters) under base_path=run.dir: W&B finds
+            # them already in its files directory and just registers them.
+            run.save(str(path), base_path=run.dir, policy="now")
+        return max(chunks, default=stream.saved - 1) + 1

@@ -1,0 +1,476 @@
+"""WandbMonitor against the real wandb SDK in offline mode (no network): metrics in the run's
+history, episodes in trace streams inside the run's files directory, files registered for
+upload, init retries, accounting, and a loop that never stalls.
+
+The run is read back from disk: the trace streams with ``monitors.traces.read_records``, and
+the run's transaction log (``run-<id>.wandb``) record by record as wandb's own protobuf
+``Record`` messages. The wandb we lock (0.31) no longer ships its Python reader of that log
+(``wandb.sdk.internal.datastore``; wandb-core reads it now), so ``wandb_records`` below reads
+the framing that module documented (a 7-byte file header, 32 KiB blocks, records of crc32 +
+length + type, split across blocks) and checks every checksum. On a 1.4 MB log written by
+wandb 0.19.11 it yields exactly the records that version's ``DataStore.scan_data`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import re
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+import wandb
+from wandb.proto import wandb_internal_pb2 as pb
+
+from bench.episodes import make_episode
+from monitors import DeliveryStats, LagStats, LoopLagProbe, MonitorError, WandbMonitor
+from monitors.traces import read_records
+from monitors.traces._layout import list_chunks
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """wandb offline, every file it writes under tmp_path, nothing sent anywhere."""
+    root = tmp_path / "wandb-home"
+    for name in ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_RUN_ID", "WANDB_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    env = {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": root / "runs",
+        "WANDB_CONFIG_DIR": root / "config",
+        "WANDB_CACHE_DIR": root / "cache",
+        "WANDB_DATA_DIR": root / "data",
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_DISABLE_CODE": "true",
+        "WANDB_ERROR_REPORTING": "false",
+    }
+    for name, value in env.items():
+        if isinstance(value, Path):
+            value.mkdir(parents=True)
+        monkeypatch.setenv(name, str(value))
+    return root / "runs"
+
+
+# -- reading an offline run back ----------------------------------------------------------
+
+_BLOCK = 32768
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def wandb_records(path: Path) -> Iterator[pb.Record]:
+    """Every record of a run's ``.wandb`` transaction log, in order, checksums checked."""
+    data = path.read_bytes()
+    ident, magic, version = struct.unpack("<4sHB", data[:7])
+    assert (ident, magic, version) == (b":W&B", 0xBEE1, 0), data[:7]
+    pos = 7
+    pending: bytes | None = None
+    while pos < len(data):
+        if _BLOCK - pos % _BLOCK < 7:  # a block's tail too short for a header is padding
+            pos += _BLOCK - pos % _BLOCK
+            continue
+        checksum, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        payload = data[pos + 7 : pos + 7 + length]
+        assert len(payload) == length, f"truncated record at byte {pos}"
+        assert zlib.crc32(payload, zlib.crc32(bytes([kind]))) == checksum, f"byte {pos}"
+        pos += 7 + length
+        if kind == _FULL:
+            whole: bytes | None = payload
+        elif kind == _FIRST:
+            pending, whole = payload, None
+        elif kind in (_MIDDLE, _LAST):
+            assert pending is not None, f"a continuation without a start at byte {pos}"
+            pending += payload
+            whole, pending = (pending, None) if kind == _LAST else (None, pending)
+        else:
+            raise AssertionError(f"record type {kind} at byte {pos}")
+        if whole is not None:
+            record = pb.Record()
+            record.ParseFromString(whole)
+            yield record
+    assert pending is None, "the log ends inside a record"
+
+
+def history_value(item: pb.HistoryItem) -> Any:
+    if item.value_json:
+        return json.loads(item.value_json)
+    case = item.WhichOneof("value")
+    return None if case in (None, "none") else getattr(item, case)
+
+
+def history(records: list[pb.Record]) -> dict[int, dict[str, Any]]:
+    """Each history row's user values (not wandb's own ``_step``, ``_runtime``, ...)."""
+    rows: dict[int, dict[str, Any]] = {}
+    for record in records:
+        if record.WhichOneof("record_type") != "history":
+            continue
+        values = {
+            item.key or ".".join(item.nested_key): history_value(item)
+            for item in record.history.item
+        }
+        step = values.pop("_step")
+        assert step not in rows, f"step {step} twice"
+        rows[step] = {k: v for k, v in values.items() if not k.startswith("_")}
+    return rows
+
+
+def saved_files(records: list[pb.Record]) -> list[tuple[str, int]]:
+    """(path, policy) of every file registered for upload, in the order registered."""
+    return [
+        (item.path, item.policy)
+        for record in records
+        if record.WhichOneof("record_type") == "files"
+        for item in record.files.files
+    ]
+
+
+def offline_run(monitor: WandbMonitor, *, timeout: float = 30.0) -> tuple[Path, list[pb.Record]]:
+    """The run's files directory and the records of its transaction log.
+
+    wandb-core writes the log in its own process and, in offline mode, may still be writing
+    it when ``run.finish()`` returns (seen with wandb 0.31: a file holding only its header,
+    complete ~0.5 s later), so this waits for the log's ``exit`` record.
+    """
+    assert monitor.run is not None
+    files = Path(monitor.run.dir)
+    logs = list(files.parent.glob("run-*.wandb"))
+    assert len(logs) == 1, logs
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            records = list(wandb_records(logs[0]))
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        else:
+            if any(r.WhichOneof("record_type") == "exit" for r in records):
+                return files, records
+            assert time.monotonic() < deadline, f"{logs[0]} has no exit record"
+        time.sleep(0.05)
+
+
+def lag_within(probe: LoopLagProbe, windows: list[tuple[float, float]]) -> LagStats:
+    """Lag samples whose whole sleep fell inside one of the (sorted) windows."""
+    lags = []
+    w = 0
+    for lag, woke in zip(probe.samples, probe.times, strict=True):
+        asked = woke - probe.interval - lag / 1000.0
+        while w < len(windows) and windows[w][1] < woke:
+            w += 1
+        if w < len(windows) and windows[w][0] <= asked:
+            lags.append(lag)
+    return LagStats.of(lags)
+
+
+# -- the whole run ------------------------------------------------------------------------
+
+EPISODES = 100
+#: A few (size, seed) pairs: each call builds a fresh episode, calibrated once per pair.
+SPECS = [(random.Random(i).randint(500_000, 2_000_000), i % 4) for i in range(6)]
+
+
+def step_metrics(step: int) -> dict[str, Any]:
+    metrics: dict[str, Any] = {
+        "loss": 1.0 / (step + 1),
+        "reward/mean": step * 0.125,
+        "tokens": 1000 + step,
+        "done": step % 2 == 0,
+    }
+    if step == 7:
+        metrics["grad_norm"] = math.nan
+    if step == 8:
+        metrics["kl"] = math.inf
+    return metrics
+
+
+@pytest.mark.anyio
+async def test_offline_run_holds_every_step_and_every_episode(
+    offline: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    expected: dict[tuple[int, int], bytes] = {}
+    windows: list[tuple[float, float]] = []
+    slowest = 0.0
+    caplog.set_level(logging.WARNING, logger="monitors")
+    async with (
+        LoopLagProbe() as probe,
+        WandbMonitor(project="nodewise-test", name="offline", chunk_bytes=16 << 20) as monitor,
+    ):
+        assert monitor.mode == "offline"
+        for i in range(EPISODES):
+            spec = SPECS[i % len(SPECS)]
+            episode = make_episode(spec[0], seed=spec[1])  # built on the loop, outside windows
+            started = time.perf_counter()
+            await monitor.log_metrics(step_metrics(i), step=i)
+            await monitor.log_episodes([episode], step=i, subset="all")
+            ended = time.perf_counter()
+            windows.append((started, ended))
+            slowest = max(slowest, ended - started)
+            data = orjson.dumps(episode)
+            assert expected.setdefault(spec, data) == data
+            del episode
+        stream = monitor.stream_dir("train", "all")
+        chunks_before_finalize = len(list_chunks(stream))
+    during = lag_within(probe, windows)
+    summary = f"during log calls: {during}; overall: {probe.stats()}; slowest {slowest:.3f} s"
+    assert during.count >= 200, summary
+    assert during.p99 < 50, summary
+    assert during.max < 250, summary
+
+    # Accounting: every episode written, every step logged.
+    assert monitor.stats() == DeliveryStats(EPISODES, EPISODES, {})
+    assert monitor.metrics_stats() == DeliveryStats(EPISODES, EPISODES, {})
+    dropped = [r.getMessage() for r in caplog.records if "non-finite" in r.getMessage()]
+    assert dropped == [
+        "step 7: dropped non-finite metrics: grad_norm",
+        "step 8: dropped non-finite metrics: kl",
+    ]
+
+    # The files directory: every record, byte for byte.
+    files, records = offline_run(monitor)
+    assert stream == files / "traces" / "train" / "all"
+    n = 0
+    for n, record in enumerate(read_records(stream), 1):
+        assert orjson.dumps(record) == expected[SPECS[(n - 1) % len(SPECS)]], f"record {n - 1}"
+    assert n == EPISODES
+    chunks = list_chunks(stream)
+    assert len(chunks) == chunks_before_finalize >= 4  # ~120 MB in chunks of 16 MiB
+
+    # The history, through the run's transaction log: every step, every finite value.
+    rows = history(records)
+    assert sorted(rows) == list(range(EPISODES))
+    for step, row in rows.items():
+        want = {
+            k: v
+            for k, v in step_metrics(step).items()
+            if not isinstance(v, float) or math.isfinite(v)
+        }
+        assert row == want, f"step {step}"
+
+    # Every chunk and the index registered for upload, once each, with policy "now"; the
+    # sealed chunks while the run went on, before its last steps were logged.
+    saved = saved_files(records)
+    ours = [(p, policy) for p, policy in saved if p.startswith("traces/")]
+    names = [f"traces/train/all/{n:05d}.jsonl" for n in chunks] + ["traces/train/all/index.jsonl"]
+    assert ours == [(name, pb.FilesItem.NOW) for name in names]
+    position = {id(r): i for i, r in enumerate(records)}
+    first_save = next(
+        position[id(r)]
+        for r in records
+        if r.WhichOneof("record_type") == "files" and r.files.files[0].path == names[0]
+    )
+    last_row = max(position[id(r)] for r in records if r.WhichOneof("record_type") == "history")
+    assert first_save < last_row
+
+
+# -- start -------------------------------------------------------------------------------
+
+
+def test_importing_monitors_does_not_import_wandb() -> None:
+    code = "import sys, monitors; print('wandb' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+@pytest.mark.anyio
+async def test_missing_wandb_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    monitor = WandbMonitor(project="p")
+    with pytest.raises(MonitorError, match=re.escape("pip install 'nodewise[wandb]'")) as info:
+        await monitor.start()
+    assert isinstance(info.value.__cause__, ImportError)
+    with pytest.raises(RuntimeError, match="not started"):
+        await monitor.log_metrics({"a": 1.0}, step=0)
+    await monitor.finalize()  # nothing to finish
+    assert monitor.stats() == DeliveryStats()
+
+
+def test_mode_defaults_to_wandb_mode_then_online(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert WandbMonitor(project="p").mode == "offline"
+    assert WandbMonitor(project="p", mode="disabled").mode == "disabled"
+    monkeypatch.delenv("WANDB_MODE")
+    assert WandbMonitor(project="p").mode == "online"
+
+
+@pytest.mark.anyio
+async def test_init_retries_transient_errors_without_blocking_the_loop(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_init = wandb.init
+    calls: list[tuple[float, float]] = []  # (start, end) of each attempt
+
+    def flaky_init(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            if len(calls) < 2:
+                raise wandb.errors.CommError("could not reach the W&B server")
+            return real_init(*args, **kwargs)
+        finally:
+            calls.append((started, time.perf_counter()))
+
+    monkeypatch.setattr(wandb, "init", flaky_init)
+    caplog.set_level(logging.WARNING, logger="monitors")
+    monitor = WandbMonitor(project="p", retry_base=0.2)
+    async with LoopLagProbe() as probe:
+        await monitor.start()
+        try:
+            await monitor.log_metrics({"a": 1.0}, step=0)
+        finally:
+            await monitor.finalize()
+    assert len(calls) == 3
+    # Backoff: 0.2 s then 0.4 s, times uniform(0.5, 1.5).
+    pauses = [calls[1][0] - calls[0][1], calls[2][0] - calls[1][1]]
+    assert 0.1 <= pauses[0] <= 0.35, pauses
+    assert 0.2 <= pauses[1] <= 0.65, pauses
+    waits = lag_within(probe, [(calls[0][1], calls[1][0]), (calls[1][1], calls[2][0])])
+    assert waits.count >= 100, waits  # the loop ran while init waited to retry
+    assert waits.max < 20, waits
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert len(retries) == 2
+    assert "attempt 1/5" in retries[0]
+    assert "could not reach" in retries[0]
+    _, records = offline_run(monitor)
+    assert history(records) == {0: {"a": 1.0}}
+
+
+@pytest.mark.anyio
+async def test_init_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_init = wandb.init
+    calls: list[str] = []
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        calls.append("down")
+        raise wandb.errors.CommError("down")
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        calls.append("refused")
+        raise wandb.errors.AuthenticationError("bad key")
+
+    monkeypatch.setattr(wandb, "init", down)
+    with pytest.raises(MonitorError, match="failed 3 times"):
+        await WandbMonitor(project="p", init_attempts=3, retry_base=0.01).start()
+    assert calls == ["down"] * 3
+    calls.clear()
+    monkeypatch.setattr(wandb, "init", refused)  # not transient: no retry
+    with pytest.raises(MonitorError, match="credentials"):
+        await WandbMonitor(project="p", retry_base=0.01).start()
+    assert calls == ["refused"]
+    monkeypatch.setattr(wandb, "init", real_init)
+    with pytest.raises(MonitorError, match="no_such_setting"):  # not transient either
+        await WandbMonitor(project="p", settings={"no_such_setting": 1}).start()
+
+
+@pytest.mark.anyio
+async def test_disabled_mode_writes_nothing(tmp_path: Path) -> None:
+    async with WandbMonitor(project="p", mode="disabled", dir=tmp_path / "off") as monitor:
+        await monitor.log_metrics({"a": 1.0}, step=0)
+        await monitor.log_episodes([{"n": 1}, {"n": 2}], step=0)
+        assert monitor.run is not None
+        assert monitor.run.disabled
+    assert monitor.stats() == DeliveryStats(2, 0, {"disabled": 2})
+    assert not monitor.stream_dir("train", "effective").exists()
+
+
+# -- accounting, rolling, saving, finalize ------------------------------------------------
+
+
+class Broken:
+    def to_record(self) -> Any:
+        raise RuntimeError("this episode cannot be built")
+
+
+@pytest.mark.anyio
+async def test_accounting_rolling_saving_and_finalize(tmp_path: Path) -> None:
+    monitor = WandbMonitor(project="p", dir=tmp_path / "elsewhere", chunk_bytes=100)
+    await monitor.start()
+    assert monitor.run is not None
+    files = Path(monitor.run.dir)
+    assert files.is_relative_to(tmp_path / "elsewhere")
+    train = monitor.stream_dir("train", "effective")
+    eval_all = monitor.stream_dir("eval", "all")
+    # ~100-byte records and chunks of 100 bytes: one record per chunk.
+    episodes: list[Any] = [{"n": n, "pad": "x" * 80} for n in range(5)]
+    await monitor.log_episodes([*episodes[:2], Broken(), *episodes[2:]], step=0)
+    assert list_chunks(train) == [0, 1, 2, 3, 4]
+    await monitor.log_episodes(
+        [{"n": 5, "bad": object()}, "not an episode", {"n": 6}], step=1, kind="eval", subset="all"
+    )
+    await monitor.log_metrics({"loss": 0.5}, step=1)
+    stats = monitor.stats()
+    assert stats == DeliveryStats(9, 6, {"bad_record": 2, "encode_error": 1})
+    assert stats.pending == 0
+
+    await monitor.finalize()
+    before = {p: p.read_bytes() for p in files.rglob("*") if p.is_file()}
+    await monitor.finalize()
+    assert {p: p.read_bytes() for p in files.rglob("*") if p.is_file()} == before
+    with pytest.raises(RuntimeError, match="finalized"):
+        await monitor.log_episodes([{"n": 7}], step=2)
+    with pytest.raises(RuntimeError, match="finalized"):
+        await monitor.log_metrics({"a": 1.0}, step=2)
+    assert monitor.stats() == stats
+    assert monitor.metrics_stats() == DeliveryStats(1, 1, {})
+
+    assert list(read_records(train)) == episodes
+    assert list(read_records(eval_all)) == [{"n": 6}]
+    _, records = offline_run(monitor)
+    ours = [(p, policy) for p, policy in saved_files(records) if p.startswith("traces/")]
+    # Chunks 0-3 sealed during the first call and saved right after it; the rest at finalize.
+    assert ours == [
+        *((f"traces/train/effective/{n:05d}.jsonl", pb.FilesItem.NOW) for n in range(4)),
+        ("traces/train/effective/00004.jsonl", pb.FilesItem.NOW),
+        ("traces/train/effective/index.jsonl", pb.FilesItem.NOW),
+        ("traces/eval/all/00000.jsonl", pb.FilesItem.NOW),
+        ("traces/eval/all/index.jsonl", pb.FilesItem.NOW),
+    ]
+    for path, _ in ours:
+        assert (files / path).is_file()
+    assert history(records) == {1: {"loss": 0.5}}
+
+
+@pytest.mark.anyio
+async def test_a_slow_run_log_neither_blocks_nor_reorders(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with WandbMonitor(project="p", metrics_queue=10) as monitor:
+        assert monitor.run is not None
+        real_log = monitor.run.log
+
+        def slow_log(data: dict[str, Any], step: int | None = None) -> None:
+            time.sleep(0.02)  # in the worker thread: a backed-up wandb-core socket
+            real_log(data, step=step)
+
+        monkeypatch.setattr(monitor.run, "log", slow_log)
+        slowest = 0.0
+        for step in range(60):
+            started = time.perf_counter()
+            await monitor.log_metrics({"v": step}, step=step)
+            slowest = max(slowest, time.perf_counter() - started)
+            if step < 30:
+                await anyio.sleep(0.025)  # the worker keeps up with these
+        assert slowest < 0.005
+    stats = monitor.metrics_stats()
+    # The last 30 came at once: the queue took what it could and the rest were dropped.
+    assert stats.submitted == 60
+    assert stats.lost.keys() == {"queue_full"}
+    assert stats.delivered + stats.lost["queue_full"] == 60
+    assert 40 <= stats.delivered < 60
+    _, records = offline_run(monitor)
+    rows = history(records)
+    assert list(rows) == sorted(rows)  # in order
+    assert list(rows)[:30] == list(range(30))
+    assert all(row == {"v": step} for step, row in rows.items())
+    assert len(rows) == stats.delivered
