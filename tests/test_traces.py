@@ -565,3 +565,33 @@ async def test_append_cancelled_while_the_chunk_rolls(tmp_path: Path, why: str) 
     expected = [*kept, *dumps_all([make_record(3, 700), make_record(4, 100)])]
     assert dumps_all(read_records(tmp_path)) == expected
     assert [orjson.dumps(read_record(tmp_path, i)) for i in range(len(expected))] == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"18446744073709551616",  # past u64: orjson reads a float
+        b'{"n": [-9223372036854775809, 1E5]}',  # past i64, and a Decimal-shaped float
+        b"[1e400]",  # past the double range: orjson refuses it
+    ],
+)
+def test_foreign_numbers_read_the_same_through_ijson(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: bytes
+) -> None:
+    """Numbers our writer never writes still read as orjson reads them, however long the line
+    (found by fuzz/traces_reader.py: ijson kept big ints and read 1e400 as inf)."""
+    chunk_path(tmp_path, 0).write_bytes(line + b"\n")
+    try:
+        expected: list[Any] = [orjson.loads(line)]
+    except orjson.JSONDecodeError:
+        expected = []
+    monkeypatch.setattr(_reader, "_BLOCK", 4)  # the line straddles read blocks
+    for big_line in (2, 1 << 20):
+        reader = TraceReader(tmp_path, big_line=big_line)
+        if expected:
+            got = list(reader)
+            assert got == expected
+            assert [type(x) for x in got] == [type(x) for x in expected]
+        else:
+            with pytest.raises(TraceFormatError):
+                list(reader)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
@@ -21,6 +22,8 @@ _BLOCK = 1 << 20
 #: Lines longer than this are parsed by ijson straight from the file instead of being read
 #: into memory and parsed there (which would hold the record twice).
 BIG_LINE = 16 << 20
+_INT_MIN = -(1 << 63)  # orjson.loads reads ints in [i64 min, u64 max] as ints, others as floats
+_UINT_MAX = (1 << 64) - 1
 
 OnError = Literal["raise", "skip"]
 
@@ -109,17 +112,29 @@ class _Range:
         return data
 
 
-def _floats(value: Any) -> Any:
-    """ijson's Decimals as floats, as orjson.loads gives them (in place, no recursion)."""
+def _number(value: Any) -> Any:
+    """An ijson number as orjson.loads gives it: Decimals and ints past 64 bits as floats,
+    and a float past the double range refused, as orjson refuses it."""
+    big_int = type(value) is int and not _INT_MIN <= value <= _UINT_MAX
+    if not big_int and not isinstance(value, Decimal):
+        return value
+    value = float(value)
+    if math.isinf(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _orjson_numbers(value: Any) -> Any:
+    """``_number`` over a parsed value (in place, no recursion)."""
     stack = [value]
     while stack:
         node = stack.pop()
         pairs = node.items() if isinstance(node, dict) else enumerate(node)
         for key, item in pairs:
-            if isinstance(item, Decimal):
-                node[key] = float(item)
-            elif isinstance(item, (dict, list)):
+            if isinstance(item, (dict, list)):
                 stack.append(item)
+            elif isinstance(item, (int, Decimal)) and type(item) is not bool:
+                node[key] = _number(item)
     return value
 
 
@@ -136,9 +151,7 @@ def _parse_span(path: Path, span: LineSpan) -> Any:
             raise ValueError("empty line") from None
         for _ in items:  # reading on finds trailing garbage (ijson raises) or a 2nd value
             raise ValueError("more than one JSON value on the line")
-    if isinstance(value, Decimal):
-        return float(value)
-    return _floats(value) if isinstance(value, (dict, list)) else value
+    return _orjson_numbers(value) if isinstance(value, (dict, list)) else _number(value)
 
 
 class TraceReader(Iterator[Any]):
