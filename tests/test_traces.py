@@ -595,3 +595,16 @@ def test_foreign_numbers_read_the_same_through_ijson(
         else:
             with pytest.raises(TraceFormatError):
                 list(reader)
+
+
+@pytest.mark.parametrize("line", [b'2"[0,2]', b'{"a": 1} "x', b'"cut', b"1 2", b"[1] 0", b" "])
+def test_a_line_that_is_not_one_value_is_refused_through_ijson_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: bytes
+) -> None:
+    """yajl ignores an unterminated string at the end of its input; the reader does not
+    (found by fuzz/traces_reader.py: ``2"[0,2]`` read as 2 from a long line)."""
+    chunk_path(tmp_path, 0).write_bytes(line + b"\n" + b'{"next": 1}\n')
+    monkeypatch.setattr(_reader, "_BLOCK", 4)  # the line straddles read blocks: ijson
+    with pytest.raises(TraceFormatError):
+        list(TraceReader(tmp_path, big_line=2))
+    assert list(TraceReader(tmp_path, on_error="skip", big_line=2)) == [{"next": 1}]

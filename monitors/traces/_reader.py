@@ -24,6 +24,7 @@ _BLOCK = 1 << 20
 BIG_LINE = 16 << 20
 _INT_MIN = -(1 << 63)  # orjson.loads reads ints in [i64 min, u64 max] as ints, others as floats
 _UINT_MAX = (1 << 64) - 1
+_MISSING = object()
 
 OnError = Literal["raise", "skip"]
 
@@ -96,16 +97,19 @@ def iter_spans(
 
 
 class _Range:
-    """A read-only file-like view of ``path[offset:offset+length]`` for ijson."""
+    """A read-only file-like view of ``path[offset:offset+length]`` for ijson, followed by
+    ``tail``."""
 
-    def __init__(self, f: BinaryIO, offset: int, length: int) -> None:
+    def __init__(self, f: BinaryIO, offset: int, length: int, tail: bytes = b"") -> None:
         self.f = f
         self.left = length
+        self.tail = tail
         f.seek(offset)
 
     def read(self, n: int = -1) -> bytes:
         if self.left <= 0:
-            return b""
+            tail, self.tail = self.tail, b""
+            return tail
         n = self.left if n < 0 else min(n, self.left)
         data = self.f.read(n)
         self.left -= len(data)
@@ -143,13 +147,16 @@ def _parse_span(path: Path, span: LineSpan) -> Any:
         return orjson.loads(span.data)
     with open(path, "rb") as f:
         # Not use_float: ijson's C backend then refuses integers past 2**63, which orjson
-        # writes; its Decimals become floats afterwards.
-        items = iter(ijson.items(_Range(f, span.offset, span.length), ""))
-        try:
-            value = next(items)
-        except StopIteration:
-            raise ValueError("empty line") from None
-        for _ in items:  # reading on finds trailing garbage (ijson raises) or a 2nd value
+        # writes; its Decimals become floats afterwards. yajl ignores an unterminated string
+        # at the end of its input (``2"x`` reads as 2), so the line is read followed by a
+        # second value, " 0", which must come out whole and last: anything left over on the
+        # line (garbage, a cut string, a second value) changes what follows the first value.
+        items = ijson.items(_Range(f, span.offset, span.length, b" 0"), "", multiple_values=True)
+        value = next(items, _MISSING)
+        sentinel = next(items, _MISSING)
+        if sentinel is _MISSING:
+            raise ValueError("empty line" if value == 0 else "not one complete JSON value")
+        if type(sentinel) is not int or sentinel != 0 or next(items, _MISSING) is not _MISSING:
             raise ValueError("more than one JSON value on the line")
     return _orjson_numbers(value) if isinstance(value, (dict, list)) else _number(value)
 
