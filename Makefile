@@ -7,7 +7,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(TOOLS)/bin/uv)
 VENV := .venv
 RUN := $(VENV)/bin/python
 
-.PHONY: all demo test lint typecheck pytest bench clean
+.PHONY: all demo test lint typecheck pytest bench fuzz clean
 
 all: test
 
@@ -25,8 +25,8 @@ demo: $(VENV)/.synced
 test: lint typecheck pytest
 
 lint: $(VENV)/.synced
-	$(VENV)/bin/ruff check encoder monitors tests bench
-	$(VENV)/bin/ruff format --check encoder monitors tests bench
+	$(VENV)/bin/ruff check encoder monitors tests bench fuzz
+	$(VENV)/bin/ruff format --check encoder monitors tests bench fuzz
 
 typecheck: $(VENV)/.synced
 	$(VENV)/bin/mypy
@@ -39,5 +39,9 @@ bench: $(VENV)/.synced
 	$(RUN) -m bench.file_monitor
 	$(RUN) -m bench.prime_monitor
 
+# Each fuzz target for FUZZ_SECONDS (default 60); `make test` runs each for a few seconds.
+fuzz: $(VENV)/.synced
+	$(RUN) fuzz/run.py
+
 clean:
-	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .hypothesis fuzz/work
