@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from email.utils import formatdate
 from typing import Any
 
 import anyio
 import orjson
 import pytest
+from aiohttp import web
 
 import monitors
 from monitors import DeliveryStats, LoopLagProbe, PrimeMonitor, UploadError
-from monitors.prime._client import retry_after_seconds
+from monitors.prime import _batch, _gzip
+from monitors.prime._body import _contains, frame
+from monitors.prime._client import is_committed, retry_after_seconds
 from monitors.testing import TracesServer
 
 KEY = "sk-nodewise-test-6f1c2b9e4d7a"
@@ -143,6 +148,9 @@ async def test_request_headers_and_body(server: TracesServer) -> None:
     )
     assert traces["headers"]["content-type"] == "application/x-ndjson"
     assert traces["headers"]["content-encoding"] == "gzip"
+    # streamed in pieces, with its length up front (not chunked)
+    assert headers["content-length"] == str(request["body_bytes"])
+    assert "transfer-encoding" not in headers
     assert request["compressed_bytes"] < request["uncompressed_bytes"]  # really gzipped
     assert request["lines"] == 20
     assert request["metadata"] == {
@@ -404,3 +412,201 @@ async def test_wrong_team_is_unauthorized_too(server: TracesServer) -> None:
         await monitor.log_episodes([small(i) for i in range(5)], step=0)
     assert monitor.stats() == DeliveryStats(5, 0, {"unauthorized": 5})
     assert (await server.astats())["requests"] == {"403": 1}
+
+
+# -- gzip: python-isal or zlib, both accepted ---------------------------------------------
+
+BACKENDS = [
+    pytest.param(
+        "isal", marks=pytest.mark.skipif(not _gzip.HAVE_ISAL, reason="isal not installed")
+    ),
+    "zlib",
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compressor_levels_give_gzip_that_zlib_reads(backend: _gzip.Backend) -> None:
+    data = b"".join(
+        orjson.dumps(small(i, 500), option=orjson.OPT_APPEND_NEWLINE) for i in range(300)
+    )
+    sizes = {}
+    for level in range(10):
+        gz = _gzip.compressor(level, backend=backend)
+        out = gz.compress(data[:70_000]) + gz.compress(data[70_000:]) + gz.flush()
+        assert out[:2] == b"\x1f\x8b"  # a gzip member
+        assert zlib.decompress(out, wbits=31) == data
+        sizes[level] = len(out)
+    assert sizes[0] > len(data)  # level 0 stores, whatever the backend
+    assert sizes[1] < len(data) / 2
+    with pytest.raises(ValueError, match="gzip_level"):
+        _gzip.compressor(10, backend=backend)
+
+
+def test_isal_levels_follow_the_zlib_ratio() -> None:
+    assert [_gzip.isal_level(level) for level in range(1, 10)] == [1, 2, 3, 3, 3, 3, 3, 3, 3]
+    with pytest.raises(ValueError, match="gzip_level"):
+        _gzip.isal_level(0)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_both_gzip_backends_are_accepted(
+    server: TracesServer, monkeypatch: pytest.MonkeyPatch, backend: _gzip.Backend
+) -> None:
+    monkeypatch.setattr(_gzip, "BACKEND", backend)
+    # lines of several pieces (3 MiB each) and many small ones sharing a piece
+    episodes: list[dict[str, Any]] = [big(0, 3), *(small(i) for i in range(1, 40)), big(40, 2)]
+    async with make(server, batch_bytes=4 << 20) as monitor:
+        await monitor.log_episodes(episodes, step=0)
+    assert monitor.stats() == DeliveryStats(41, 41, {})
+    served = await server.astats()
+    assert served["unique_ids"] == 41
+    requests = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
+    assert len(requests) >= 2
+    for request in requests:  # the server gunzips with zlib and recomputes the key
+        assert request["status"] == 200
+        assert request["headers"]["idempotency-key"] == request["computed_key"]
+        assert request["compressed_bytes"] < request["uncompressed_bytes"]
+    # every line byte for byte (batches commit in whatever order their uploads finish)
+    assert sorted(await server.alines()) == sorted(orjson.dumps(e) for e in episodes)
+
+
+# -- the multipart boundary -----------------------------------------------------------------
+
+
+def test_boundary_search_sees_pieces_and_seams() -> None:
+    b = b"nodewise-0123456789"
+    assert _contains(b, [b"xx" + b + b"yy"])
+    assert _contains(b, [b"xxnodewise-01", b"23456789yy"])  # across a seam
+    assert _contains(b, [b"x" * 50 + b"nodewise", b"-", b"0123", b"456789"])  # across three
+    assert not _contains(b, [b"nodewise-01234", b"5678", b"nodewise-0123456788"])
+    body = frame(b"{}", [b"--" + b + b"--"], boundary=b)
+    assert b.decode() not in body.content_type
+    assert body.size == len(bytes(body))
+    boundary = body.content_type.split("boundary=", 1)[1].encode()
+    assert bytes(body).count(boundary) == 3  # metadata, traces, closing
+
+
+@pytest.mark.anyio
+async def test_a_boundary_found_in_the_data_is_redrawn(
+    server: TracesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clash = b"nodewise-clash-4b1d"
+    monkeypatch.setattr(_batch, "new_boundary", lambda: clash)
+    episodes = [{"id": i, "text": f"before {clash.decode()} after " * 50} for i in range(5)]
+    async with make(server, gzip_level=0) as monitor:  # stored: the text shows in the body
+        await monitor.log_episodes(episodes, step=0)
+    assert monitor.stats() == DeliveryStats(5, 5, {})
+    (request,) = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
+    assert clash.decode() not in request["headers"]["content-type"]
+    assert await server.alines() == [orjson.dumps(e) for e in episodes]
+
+
+# -- the answer to an upload: committed or not ------------------------------------------------
+
+
+class FakeApi:
+    """A Traces API on 127.0.0.1 that answers each traces upload from ``answers`` (status,
+    body; the last one repeats) and keeps what it was sent."""
+
+    def __init__(self, answers: list[tuple[int, bytes]]) -> None:
+        self.answers = answers
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.url = ""
+
+    async def traces(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.requests.append(({k.lower(): v for k, v in request.headers.items()}, body))
+        status, text = self.answers[min(len(self.requests), len(self.answers)) - 1]
+        return web.Response(status=status, body=text, content_type="application/json")
+
+
+StartApi = Callable[[list[tuple[int, bytes]]], Awaitable[FakeApi]]
+
+
+@pytest.fixture
+async def fake_api() -> AsyncIterator[StartApi]:
+    runners: list[web.AppRunner] = []
+
+    async def start(answers: list[tuple[int, bytes]]) -> FakeApi:
+        api = FakeApi(answers)
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_post("/api/v1/traces", api.traces)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        runners.append(runner)
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        api.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        return api
+
+    try:
+        yield start
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+COMMITTED = (200, b'{"upload_id": "u-1", "status": "committed"}')
+
+
+def test_committed_answers() -> None:
+    assert is_committed(COMMITTED[1])
+    assert is_committed(b'{"status": "committed", "lines": 3}')
+    assert not is_committed(b'{"status": "pending"}')
+    assert not is_committed(b'{"upload_id": "u-1"}')
+    assert not is_committed(b"[]")
+    assert not is_committed(b"")
+    assert not is_committed(b"<html>ok</html>")
+
+
+@pytest.mark.anyio
+async def test_a_2xx_that_is_not_committed_is_retried_with_the_same_bytes(
+    fake_api: StartApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = await fake_api(
+        [(200, b'{"upload_id": "u-1", "status": "pending"}'), (202, b"ok"), COMMITTED]
+    )
+    with caplog.at_level(logging.WARNING, logger="monitors.prime"):
+        async with PrimeMonitor(
+            api_key=KEY, traces_url=api.url, base_url=api.url, run_id=RUN, retry_base=0.01
+        ) as monitor:
+            await monitor.log_episodes([small(i) for i in range(10)], step=0)
+    assert monitor.stats() == DeliveryStats(10, 10, {})
+    assert len(api.requests) == 3
+    (first_headers, first_body), *rest = api.requests
+    for headers, body in rest:  # a retry: the same key and bytes
+        assert headers["idempotency-key"] == first_headers["idempotency-key"]
+        assert body == first_body
+    for headers, body in api.requests:  # streamed with its length, not chunked
+        assert headers["content-length"] == str(len(body))
+        assert "transfer-encoding" not in headers
+    assert caplog.text.count('without "status": "committed"') == 2
+
+
+@pytest.mark.anyio
+async def test_a_2xx_never_committed_counts_as_failed(fake_api: StartApi) -> None:
+    api = await fake_api([(201, b'{"upload_id": "u-1", "status": "queued"}')])
+    async with PrimeMonitor(
+        api_key=KEY, traces_url=api.url, base_url=api.url, run_id=RUN, retry_base=0.01
+    ) as monitor:
+        await monitor.log_episodes([small(i) for i in range(10)], step=0)
+    assert monitor.stats() == DeliveryStats(10, 0, {"failed": 10})
+    assert len(api.requests) == 5  # every attempt
+
+
+# -- the worker thread ------------------------------------------------------------------------
+
+
+def _gzip_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("PrimeMonitor gzip")]
+
+
+@pytest.mark.anyio
+async def test_the_worker_thread_ends_with_finalize(server: TracesServer) -> None:
+    before = len(_gzip_threads())
+    async with make(server) as monitor:
+        await monitor.log_episodes([big(0, 2), small(1)], step=0)
+        await wait_until(lambda: _requests_at_least(server, 1))
+        assert len(_gzip_threads()) == before + 1
+    assert monitor.stats() == DeliveryStats(2, 2, {})
+    assert len(_gzip_threads()) == before

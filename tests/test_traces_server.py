@@ -500,11 +500,15 @@ def test_sync_use_and_restart_on_the_same_port() -> None:
     assert not server.running
     with pytest.raises(RuntimeError, match="not running"):
         _ = server.url
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = server.pid
     with socket.socket() as probe:  # nothing listens there now: connection refused
         assert probe.connect_ex(("127.0.0.1", server.port)) != 0
     with server:
         assert server.url == url
         assert server.stats()["requests_total"] == 0
+        assert server.pid > 0
+        assert server.pid != os.getpid()
 
 
 def test_standalone_process_speaks_first_line_url() -> None:

@@ -1,34 +1,61 @@
-"""One NDJSON batch being assembled: hashed and gzipped in a worker thread as lines arrive.
+"""One NDJSON batch being assembled: hashed and gzipped in the monitor's worker thread.
 
-SHA-256 (of the uncompressed bytes: the ``Idempotency-Key``) and zlib both release the GIL, so
-the loop only hands over about 1 MiB of encoded lines at a time. A closed batch keeps its
-framed, compressed body, so a retry sends exactly the same bytes under the same key.
+The loop hands complete lines over in pieces of about ``PIECE_BYTES``. In the worker each
+piece is joined into one buffer (``bytes.join`` releases the GIL on large joins), then hashed
+(SHA-256 of the uncompressed bytes: the ``Idempotency-Key``) and compressed (python-isal or
+zlib, see ``_gzip``), one call each; both release the GIL.
+
+The loop then waits until at most ``AHEAD_BYTES`` of handed-over bytes are still waiting for
+the worker before it encodes the next line. ``AHEAD_BYTES = 0`` (wait for every piece) was
+chosen by measurement over a pipeline (encoding the next line while the worker compresses):
+
+- The GIL. The worker needs the GIL back after each C call (join, hash, each output block of
+  the compressor, the hand-back of its result). While the loop encodes it releases and
+  retakes the GIL every 0.1 ms (each encoder checkpoint polls the selector), which restarts
+  the worker's 5 ms wait for a forced switch, and the loop thread retakes the GIL before the
+  woken worker can: the worker waits until the loop really sleeps. Measured with the loop
+  busy like this, one C call in the worker took 4-5x longer (isal, 1 MiB: 2.5 -> 10 ms; zlib:
+  22 -> 100 ms), and encode + isal gave the same ~155-160 MB/s pipelined (8 MiB ahead) as
+  one after the other, with a higher loop lag max (8 against 6.5 ms).
+- The cores. On a 2-core machine a pipeline that did overlap would take the core that the
+  server (in tests and benchmarks) and the rest of the trainer need.
+
+So the worker compresses while the loop is idle (serving other tasks and I/O), and
+throughput is bounded by encode + gzip: 1 / (1/encode + 1/gzip).
+
+Closing a batch hands over its last piece, waits for it, and queues the flush and framing
+(a few µs) whose result the upload awaits. A closed batch keeps its compressed pieces, so a
+retry sends exactly the same bytes under the same key.
 """
 
 from __future__ import annotations
 
 import hashlib
-import zlib
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import orjson
 
-from ._body import frame
+from ._body import Body, frame, new_boundary
+from ._gzip import Backend, compressor
+from ._worker import Worker, result
 
-__all__ = ["Batch", "BatchBuilder"]
+__all__ = ["AHEAD_BYTES", "PIECE_BYTES", "Batch", "BatchBuilder"]
 
-#: Encoded bytes handed to the worker thread at once.
+#: Encoded bytes handed to the worker thread in one job.
 PIECE_BYTES = 1 << 20
+#: Handed-over bytes that may still wait for the worker when the loop moves on to encode the
+#: next line (see the module docstring for why 0).
+AHEAD_BYTES = 0
 
 
 @dataclass(frozen=True)
 class Batch:
     """A closed batch, ready to upload (and to upload again, byte for byte)."""
 
-    body: bytes
-    content_type: str
+    body: Body
     key: str
     records: int
     uncompressed_bytes: int
@@ -36,20 +63,37 @@ class Batch:
 
 
 class BatchBuilder:
-    """Lines go in with ``add``; ``close`` returns the ``Batch``. Not for concurrent use."""
+    """Lines go in with ``add``; ``close`` returns the future ``Batch``. Not for concurrent
+    use; its jobs run in ``worker``, in order."""
 
-    def __init__(self, *, gzip_level: int, kind: str, subset: str) -> None:
+    def __init__(
+        self,
+        *,
+        worker: Worker,
+        gzip_level: int,
+        kind: str,
+        subset: str,
+        backend: Backend | None = None,
+    ) -> None:
         self.kind = kind
         self.subset = subset
         self.records = 0
         self.size = 0  # uncompressed bytes, pending ones included
         self.first_step: int | None = None
         self.last_step: int | None = None
-        self._hash = hashlib.sha256()
-        self._zip = zlib.compressobj(gzip_level, zlib.DEFLATED, 31)  # 31: a gzip member
-        self._compressed: list[bytes] = []
+        self._worker = worker
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self._jobs: deque[tuple[Future[None], int]] = deque()  # handed over, with their bytes
+        self._ahead = 0  # bytes in self._jobs
+        self._closed = False
+        # Touched only in the worker thread, one job at a time:
+        self._hash = hashlib.sha256()
+        self._zip = compressor(gzip_level, backend=backend)
+        self._compressed: list[bytes] = []
+        self._boundary = new_boundary()
+        self._seam = b""  # the last len(boundary) - 1 compressed bytes
+        self._clash = False  # the boundary occurs in the compressed bytes (never, in practice)
 
     def fits(self, length: int, *, batch_bytes: int, batch_lines: int) -> bool:
         """Whether a line of ``length`` bytes may join (an empty batch takes any line)."""
@@ -58,40 +102,88 @@ class BatchBuilder:
         return self.records < batch_lines and self.size + length <= batch_bytes
 
     async def add(self, chunks: list[bytes], length: int, *, step: int) -> None:
-        """Add one complete line (its encoded chunks, ``length`` bytes in all)."""
-        self._pending.extend(chunks)
-        self._pending_bytes += length
+        """Add one complete line (its encoded chunks, ``length`` bytes in all): hand its
+        pieces over, then wait until at most ``AHEAD_BYTES`` wait for the worker."""
+        assert not self._closed, "add after close"
         self.size += length
         self.records += 1
         if self.first_step is None:
             self.first_step = step
         self.last_step = step
-        if self._pending_bytes >= PIECE_BYTES:
-            pieces, self._pending, self._pending_bytes = self._pending, [], 0
-            await anyio.to_thread.run_sync(self._digest, pieces)
+        for chunk in chunks:
+            self._pending.append(chunk)  # a new list after each hand-over
+            self._pending_bytes += len(chunk)
+            if self._pending_bytes >= PIECE_BYTES:
+                self._hand_over()
+        await self._settle(AHEAD_BYTES)
+
+    def _hand_over(self) -> None:
+        pieces, size = self._pending, self._pending_bytes
+        self._pending, self._pending_bytes = [], 0
+        self._jobs.append((self._worker.submit(self._digest, pieces), size))
+        self._ahead += size
+
+    async def _settle(self, ahead: int) -> None:
+        """Wait until at most ``ahead`` handed-over bytes wait for the worker; raise a job's
+        failure."""
+        jobs = self._jobs
+        done, rest = 0, self._ahead
+        for _, size in jobs:
+            if rest <= ahead:
+                break
+            rest -= size
+            done += 1
+        if not done:
+            return
+        # The worker runs jobs in order: once this one is done, so is every earlier one.
+        await result(jobs[done - 1][0])
+        for _ in range(done):
+            future, size = jobs.popleft()
+            self._ahead -= size
+            future.result(timeout=0)
+
+    async def close(self, context: dict[str, Any]) -> Future[Batch]:
+        """Hand over the last piece and wait for every piece, then queue the flush and the
+        framing (with ``context`` as metadata), whose future ``Batch`` is returned."""
+        assert not self._closed, "closed twice"
+        self._closed = True
+        if self._pending:
+            self._hand_over()
+        await self._settle(0)
+        metadata = orjson.dumps({"schema_version": 1, "context": context})
+        return self._worker.submit(self._finish, metadata)
+
+    def abandon(self) -> None:
+        """Drop the batch: cancel its jobs that have not started."""
+        self._closed = True
+        for future, _ in self._jobs:
+            future.cancel()
+        self._jobs.clear()
+        self._ahead = 0
+
+    # -- in the worker thread -------------------------------------------------------------
 
     def _digest(self, pieces: list[bytes]) -> None:
-        update, compress, out = self._hash.update, self._zip.compress, self._compressed
-        for piece in pieces:
-            update(piece)
-            data = compress(piece)
-            if data:
-                out.append(data)
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        self._hash.update(data)
+        self._keep(self._zip.compress(data))
 
-    async def close(self, context: dict[str, Any]) -> Batch:
-        """Finish hashing and compressing and frame the body (in a worker thread)."""
-        pieces, self._pending, self._pending_bytes = self._pending, [], 0
-        metadata = orjson.dumps({"schema_version": 1, "context": context})
-        return await anyio.to_thread.run_sync(self._finish, pieces, metadata)
+    def _keep(self, out: bytes) -> None:
+        if not out:
+            return
+        boundary, seam = self._boundary, self._seam
+        keep = len(boundary) - 1
+        if boundary in out or boundary in seam + out[:keep]:
+            self._clash = True
+        self._seam = out[-keep:] if len(out) >= keep else (seam + out)[-keep:]
+        self._compressed.append(out)
 
-    def _finish(self, pieces: list[bytes], metadata: bytes) -> Batch:
-        self._digest(pieces)
-        self._compressed.append(self._zip.flush())
+    def _finish(self, metadata: bytes) -> Batch:
+        self._keep(self._zip.flush())
         compressed, self._compressed = self._compressed, []
-        content_type, body = frame(metadata, compressed)
+        body = frame(metadata, compressed, boundary=self._boundary, checked=not self._clash)
         return Batch(
             body=body,
-            content_type=content_type,
             key="sha256:" + self._hash.hexdigest(),
             records=self.records,
             uncompressed_bytes=self.size,

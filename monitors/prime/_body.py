@@ -1,17 +1,27 @@
-"""The multipart/form-data body of one traces upload, framed by hand.
+"""The multipart/form-data body of one traces upload, framed by hand and kept in pieces.
 
 aiohttp's ``MultipartWriter`` refuses a part-level ``Content-Encoding``, which the traces part
-needs (``gzip``), and framing is a few lines: boundary, part headers, bytes.
+needs (``gzip``), and framing is a few lines: boundary, part headers, bytes. The body is never
+joined into one buffer: it is the head, the gzip pieces as the compressor produced them and
+the tail, streamed to the socket one piece at a time (with a ``Content-Length``), so neither
+the loop nor a worker thread copies tens of MB to send it, and a retry streams the same pieces
+again.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator
+from dataclasses import dataclass
 
-__all__ = ["frame"]
+__all__ = ["Body", "Pieces", "frame", "new_boundary"]
 
 _CRLF = b"\r\n"
+
+
+def new_boundary() -> bytes:
+    """A random multipart boundary (128 bits: the data containing it is never expected)."""
+    return ("nodewise-" + secrets.token_hex(16)).encode("ascii")
 
 
 def _head(boundary: bytes, metadata: bytes) -> bytes:
@@ -31,14 +41,61 @@ def _head(boundary: bytes, metadata: bytes) -> bytes:
     )
 
 
-def frame(metadata: bytes, traces: Sequence[bytes]) -> tuple[str, bytes]:
-    """``(content_type, body)``: a ``metadata`` part (JSON) and a ``traces`` part holding the
-    gzip bytes ``traces``. The random boundary is checked against the data (and redrawn in
-    the astronomically unlikely case the compressed bytes contain it)."""
-    while True:
-        boundary = ("nodewise-" + secrets.token_hex(16)).encode("ascii")
-        head = _head(boundary, metadata)
-        tail = _CRLF + b"--" + boundary + b"--" + _CRLF
-        body = b"".join((head, *traces, tail))
-        if body.find(boundary, len(head), len(body) - len(tail)) < 0:
-            return f"multipart/form-data; boundary={boundary.decode()}", body
+@dataclass(frozen=True)
+class Body:
+    """A framed body: ``content_type`` (with the boundary), its ``pieces`` and ``size``."""
+
+    content_type: str
+    pieces: tuple[bytes, ...]
+    size: int
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.pieces)
+
+    def stream(self) -> Pieces:
+        """A fresh async iterator over the pieces (one per attempt)."""
+        return Pieces(self.pieces)
+
+
+class Pieces:
+    """The pieces of a body as an async iterator, the shape aiohttp streams a body from."""
+
+    def __init__(self, pieces: tuple[bytes, ...]) -> None:
+        self._pieces: Iterator[bytes] = iter(pieces)
+
+    def __aiter__(self) -> Pieces:
+        return self
+
+    async def __anext__(self) -> bytes:
+        for piece in self._pieces:
+            if piece:
+                return piece
+        raise StopAsyncIteration
+
+
+def _contains(boundary: bytes, traces: list[bytes]) -> bool:
+    """Whether ``boundary`` occurs in the concatenation of ``traces`` (within a piece or
+    across the seam of two)."""
+    keep = len(boundary) - 1
+    tail = b""
+    for piece in traces:
+        if boundary in piece or boundary in tail + piece[:keep]:
+            return True
+        tail = (tail + piece)[-keep:] if len(piece) < keep else piece[-keep:]
+    return False
+
+
+def frame(metadata: bytes, traces: list[bytes], *, boundary: bytes, checked: bool = False) -> Body:
+    """The body of a ``metadata`` part (JSON) and a ``traces`` part holding the gzip pieces
+    ``traces``. ``checked``: the caller already knows ``boundary`` is not in ``traces``;
+    otherwise it is checked here, and redrawn in the astronomically unlikely case it is."""
+    while not checked and _contains(boundary, traces):
+        boundary = new_boundary()
+    head = _head(boundary, metadata)
+    tail = _CRLF + b"--" + boundary + b"--" + _CRLF
+    pieces = (head, *traces, tail)
+    return Body(
+        content_type=f"multipart/form-data; boundary={boundary.decode()}",
+        pieces=pieces,
+        size=sum(map(len, pieces)),
+    )

@@ -4,6 +4,11 @@ Retried with the same bytes (and so the same ``Idempotency-Key``): 429/502/503/5
 transport errors, after ``Retry-After`` (seconds or an HTTP date, capped) or an exponential
 backoff with jitter. A 401/403 stops every later request (one error logged); other answers
 outside 2xx reject the request.
+
+A traces upload succeeds only on a 2xx whose JSON body says ``"status": "committed"`` (all
+lines stored, DESIGN section 4). A 2xx saying anything else (another status, or no JSON) is
+retried like a 503: resending the same bytes under the same key cannot store a line twice, and
+if it never commits, the batch counts as ``failed`` rather than as delivered.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from typing import Literal
 
 import aiohttp
 import anyio
+import orjson
 
+from ._body import Body
 from ._config import PrimeConfig
 
-__all__ = ["RETRY_STATUSES", "Client", "Result", "retry_after_seconds"]
+__all__ = ["RETRY_STATUSES", "Client", "Result", "is_committed", "retry_after_seconds"]
 
 log = logging.getLogger("monitors.prime")
 
@@ -62,6 +69,15 @@ def retry_after_seconds(value: str | None, *, cap: float) -> float | None:
     return min(cap, max(0.0, seconds))
 
 
+def is_committed(raw: bytes) -> bool:
+    """Whether a 2xx answer's body is a JSON object with ``"status": "committed"``."""
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(answer, dict) and answer.get("status") == "committed"
+
+
 class Client:
     """POSTs for one monitor. ``stopped`` turns true at the first 401/403."""
 
@@ -85,17 +101,30 @@ class Client:
         text = text[:_DETAIL_CHARS].replace(self.config.api_key.reveal(), "***")
         return text.replace("\n", " ").strip()
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str], *, what: str) -> Result:
-        """POST ``body`` until it is answered for good or the attempts run out."""
+    async def post(
+        self,
+        url: str,
+        body: bytes | Body,
+        headers: dict[str, str],
+        *,
+        what: str,
+        committed: bool = False,
+    ) -> Result:
+        """POST ``body`` until it is answered for good or the attempts run out. A ``Body`` is
+        streamed piece by piece (with its ``Content-Length``), afresh on every attempt. With
+        ``committed``, a 2xx counts only with ``"status": "committed"`` (else it is retried)."""
         config = self.config
         headers = {**headers, **self._auth}
+        if isinstance(body, Body):
+            headers["Content-Length"] = str(body.size)
         last = Result("failed")
         for attempt in range(config.attempts):
             if self.stopped:
                 return Result("unauthorized", None, self.stop_reason, attempt)
             delay: float | None = None
             try:
-                async with self.session.post(url, data=body, headers=headers) as response:
+                data = body.stream() if isinstance(body, Body) else body
+                async with self.session.post(url, data=data, headers=headers) as response:
                     status = response.status
                     raw = await response.read()
                     retry_after = response.headers.get("Retry-After")
@@ -105,13 +134,17 @@ class Client:
                 )
             else:
                 detail = self._clean(raw.decode("utf-8", "replace"))
-                if 200 <= status < 300:
+                success = 200 <= status < 300
+                if success and (not committed or is_committed(raw)):
                     return Result("delivered", status, detail, attempt + 1)
                 if status in (401, 403):
                     self._stop(status, detail, what)
                     return Result("unauthorized", status, detail, attempt + 1)
-                if status not in RETRY_STATUSES:
+                if not success and status not in RETRY_STATUSES:
                     return Result("rejected", status, detail, attempt + 1)
+                if success:  # answered, but not committed: retried like a 503
+                    detail = f'answered without "status": "committed": {detail or "no body"}'
+                    log.warning("%s: HTTP %d %s", what, status, detail)
                 last = Result("failed", status, detail, attempt + 1)
                 delay = retry_after_seconds(retry_after, cap=config.retry_after_cap)
             if attempt + 1 >= config.attempts:

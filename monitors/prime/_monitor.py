@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from contextlib import aclosing
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..records import Kind, Subset, build_record, check_kind
 from ._batch import Batch, BatchBuilder
 from ._client import Client
 from ._config import MAX_BATCH_LINES, MAX_LINE_BYTES, PrimeConfig, Secret
+from ._worker import Worker, result
 
 __all__ = ["PrimeMonitor"]
 
@@ -60,11 +62,14 @@ class PrimeMonitor(Monitor):
     as ``queue_full``). In the background, episodes are built (``to_record()``) and encoded
     cooperatively on the loop, gathered into NDJSON batches (closed before ``batch_bytes``
     uncompressed or 1,000,000 lines, or after ``linger`` seconds without a new record),
-    hashed and gzipped in a worker thread, and posted, up to ``max_in_flight`` at once (at
-    most that many batches exist, the one being assembled included). Retries resend the same
-    bytes under the same ``Idempotency-Key``. ``finalize`` drains within ``drain_timeout``.
+    hashed and gzipped in the monitor's own worker thread (python-isal where it is installed,
+    else zlib; ``gzip_level`` is zlib's 0-9 scale, mapped to isal's 0-3 in ``_gzip``), and
+    streamed to the server, up to ``max_in_flight`` uploads at once (at most that many batches
+    exist, the one being assembled included). Retries resend the same bytes under the same
+    ``Idempotency-Key``. ``finalize`` drains within ``drain_timeout``.
 
-    ``stats()`` counts episodes only: ``delivered`` once the server committed their batch,
+    ``stats()`` counts episodes only: ``delivered`` once the server committed their batch
+    (a 2xx answer with ``"status": "committed"``; any other 2xx is retried),
     else lost by reason: ``queue_full``, ``too_large`` (a line over 64 MiB), ``bad_record``
     (``to_record()`` raised), ``encode_error``, ``rejected`` (400 and other 4xx),
     ``unauthorized`` (401/403: uploads stop, and everything after counts here), ``failed``
@@ -130,6 +135,7 @@ class PrimeMonitor(Monitor):
         self._group: TaskGroup | None = None
         self._session: aiohttp.ClientSession | None = None
         self._client: Client | None = None
+        self._worker: Worker | None = None
         self._send: MemoryObjectSendStream[_Item] | None = None
         self._receive: MemoryObjectReceiveStream[_Item] | None = None
         self._metrics_send: MemoryObjectSendStream[bytes] | None = None
@@ -173,6 +179,7 @@ class PrimeMonitor(Monitor):
         )
         self._session = session
         self._client = Client(config, session)
+        self._worker = Worker(name="PrimeMonitor gzip")
         self._send, self._receive = anyio.create_memory_object_stream[_Item](config.queue_records)
         self._metrics_send, self._metrics_receive = anyio.create_memory_object_stream[bytes](
             self.metrics_queue
@@ -219,6 +226,8 @@ class PrimeMonitor(Monitor):
                 with anyio.CancelScope(shield=True):
                     if self._session is not None:
                         await self._session.close()
+                    if self._worker is not None:
+                        await self._worker.aclose()
                 self._count_rest(reason)
 
     def _count_rest(self, reason: str) -> None:
@@ -369,6 +378,7 @@ class PrimeMonitor(Monitor):
                 ledger.lost["unauthorized"] += 1
                 if builder is not None:
                     ledger.lost["unauthorized"] += builder.records
+                    builder.abandon()
                     builder = None
                     slots.release()
                 continue
@@ -386,7 +396,10 @@ class PrimeMonitor(Monitor):
                 builder = None
             if builder is None:
                 await slots.acquire()  # at most max_in_flight batches exist at once
-                builder = BatchBuilder(gzip_level=config.gzip_level, kind=kind, subset=subset)
+                assert self._worker is not None
+                builder = BatchBuilder(
+                    worker=self._worker, gzip_level=config.gzip_level, kind=kind, subset=subset
+                )
             await builder.add(chunks, length, step=step)
         if builder is not None:
             await self._ship(builder, uploads)
@@ -425,6 +438,8 @@ class PrimeMonitor(Monitor):
         return chunks, length
 
     async def _ship(self, builder: BatchBuilder, uploads: TaskGroup) -> None:
+        """Close the batch and start its upload, which awaits the framing (queued in the
+        worker) while the loop goes on with the next batch."""
         config = self.config
         assert config is not None
         context = {
@@ -434,43 +449,44 @@ class PrimeMonitor(Monitor):
             "kind": builder.kind,
             "subset": builder.subset,
         }
-        batch = await builder.close(context)
-        uploads.start_soon(self._upload, batch)
+        uploads.start_soon(self._upload, builder.records, await builder.close(context))
 
     # -- the background: uploading ------------------------------------------------------
 
-    async def _upload(self, batch: Batch) -> None:
+    async def _upload(self, records: int, closing: Future[Batch]) -> None:
         config, client, slots = self.config, self._client, self._slots
         assert config is not None
         assert client is not None
         assert slots is not None
         ledger = self._ledger
-        what = f"traces batch {batch.key[7:19]} ({batch.records} records)"
+        what = f"traces batch ({records} records)"
         try:
+            batch = await result(closing)
+            what = f"traces batch {batch.key[7:19]} ({records} records)"
             headers = {
-                "Content-Type": batch.content_type,
+                "Content-Type": batch.body.content_type,
                 "Idempotency-Key": batch.key,
                 "X-Prime-Line-Format": "episode",
             }
-            result = await client.post(
-                config.traces_url + TRACES_PATH, batch.body, headers, what=what
+            answer = await client.post(
+                config.traces_url + TRACES_PATH, batch.body, headers, what=what, committed=True
             )
-            if result.outcome == "delivered":
-                ledger.delivered += batch.records
+            if answer.outcome == "delivered":
+                ledger.delivered += records
             else:
-                ledger.lost[result.outcome] += batch.records
-                if result.outcome != "unauthorized":
+                ledger.lost[answer.outcome] += records
+                if answer.outcome != "unauthorized":
                     log.warning(
                         "Prime monitor: %s lost (%s after %d attempt(s)): %s",
                         what,
-                        result.outcome,
-                        result.attempts,
-                        result.detail
-                        if result.status is None
-                        else f"HTTP {result.status} {result.detail}",
+                        answer.outcome,
+                        answer.attempts,
+                        answer.detail
+                        if answer.status is None
+                        else f"HTTP {answer.status} {answer.detail}",
                     )
         except Exception:
-            ledger.lost["internal_error"] += batch.records
+            ledger.lost["internal_error"] += records
             log.exception("Prime monitor: %s failed", what)
         finally:
             slots.release()
@@ -486,22 +502,22 @@ class PrimeMonitor(Monitor):
             async with receive:
                 async for body in receive:
                     try:
-                        result = await client.post(
+                        answer = await client.post(
                             url, body, {"Content-Type": "application/json"}, what="metrics"
                         )
                     except Exception:
                         ledger.lost["internal_error"] += 1
                         log.exception("Prime monitor: metrics post failed")
                         continue
-                    if result.outcome == "delivered":
+                    if answer.outcome == "delivered":
                         ledger.delivered += 1
                     else:
-                        ledger.lost[result.outcome] += 1
-                        if result.outcome != "unauthorized":
+                        ledger.lost[answer.outcome] += 1
+                        if answer.outcome != "unauthorized":
                             log.warning(
                                 "Prime monitor: metrics post lost (%s): %s",
-                                result.outcome,
-                                result.detail,
+                                answer.outcome,
+                                answer.detail,
                             )
         finally:
             self._metrics_done.set()

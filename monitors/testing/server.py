@@ -112,6 +112,13 @@ class TracesServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The server process's id (a benchmark lowers its priority with it, say)."""
+        if self._proc is None:
+            raise RuntimeError("the TracesServer is not running; call start() first")
+        return self._proc.pid
+
     def command(self) -> list[str]:
         """The command line that runs this server (without the parent watch)."""
         args = [
