@@ -123,14 +123,25 @@ class Monitor(ABC):
 
 class Monitors(Monitor):
     """Logs to every monitor at once; a monitor that fails is logged (with its traceback)
-    and counted in ``failures``, never raised into the caller."""
+    and counted in ``failures``, never raised into the caller.
+
+    ``start`` and ``finalize`` call the monitors one after the other, in the caller's task,
+    and ``finalize`` in reverse order: a monitor with background work (``PrimeMonitor``,
+    ``WandbMonitor``) opens a task group in ``start`` and closes it in ``finalize``, so those
+    must run in the same task, and the groups close in the reverse of the order they opened.
+    """
 
     def __init__(self, *monitors: Monitor) -> None:
         self.monitors = list(monitors)
         self.failures: Counter[str] = Counter()
         self._finalized = False
 
-    async def _each(self, what: str, call: Any, *args: Any, **kwargs: Any) -> None:
+    async def _each(
+        self, what: str, call: str, *args: Any, in_turn: bool = False, **kwargs: Any
+    ) -> None:
+        """``call`` on every monitor: concurrently, or ``in_turn`` in this task (in reverse
+        order for ``finalize``)."""
+
         async def one(monitor: Monitor) -> None:
             try:
                 await getattr(monitor, call)(*args, **kwargs)
@@ -139,12 +150,17 @@ class Monitors(Monitor):
                 self.failures[name] += 1
                 log.warning("%s.%s failed during %s", name, call, what, exc_info=True)
 
+        if in_turn:
+            order = reversed(self.monitors) if call == "finalize" else self.monitors
+            for monitor in order:
+                await one(monitor)
+            return
         async with anyio.create_task_group() as group:
             for monitor in self.monitors:
                 group.start_soon(one, monitor)
 
     async def start(self) -> None:
-        await self._each("start", "start")
+        await self._each("start", "start", in_turn=True)
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
         await self._each(f"step {step}", "log_metrics", metrics, step=step)
@@ -164,7 +180,7 @@ class Monitors(Monitor):
         if self._finalized:
             return
         self._finalized = True
-        await self._each("finalize", "finalize")
+        await self._each("finalize", "finalize", in_turn=True)
 
     def stats(self) -> DeliveryStats:
         total = DeliveryStats()

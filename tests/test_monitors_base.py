@@ -218,3 +218,33 @@ def test_delivery_stats_arithmetic() -> None:
     # The operands are unchanged.
     assert a.lost == {"write_error": 1, "encode_error": 2}
     assert c.lost == {"encode_error": 1, "dropped": 3}
+
+
+@pytest.mark.anyio
+async def test_fan_out_to_every_real_monitor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """File, Prime (a real TracesServer) and W&B (offline) behind one Monitors: the two with
+    background work must start and finish in the caller's task, so the fan-out does that."""
+    from monitors import PrimeMonitor, WandbMonitor
+    from monitors.testing import TracesServer
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    episodes = [{"id": i, "text": "x" * 1000} for i in range(20)]
+    with TracesServer(api_key="k") as server:
+        files = FileMonitor(tmp_path / "files")
+        prime = PrimeMonitor(api_key="k", traces_url=server.url, base_url=server.url, run_id="r")
+        wandb = WandbMonitor(project="fan-out", mode="offline", dir=tmp_path / "wandb")
+        async with Monitors(files, prime, wandb) as monitors:
+            await monitors.log_metrics({"loss": 0.5}, step=0)
+            await monitors.log_episodes(episodes, step=0)
+        assert monitors.failures == {}, caplog.text
+        for monitor in (files, prime, wandb):
+            stats = monitor.stats()
+            assert (stats.submitted, stats.delivered, stats.lost) == (20, 20, {}), monitor
+        assert server.stats()["unique_ids"] == 20
+    assert [r["id"] for r in read_records(files.stream_dir("train", "effective"))] == list(
+        range(20)
+    )
