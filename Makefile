@@ -7,7 +7,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(TOOLS)/bin/uv)
 VENV := .venv
 RUN := $(VENV)/bin/python
 
-.PHONY: all demo test lint typecheck pytest bench fuzz clean
+.PHONY: all demo test lint typecheck pytest bench fuzz docs docs-check docs-data clean
 
 all: test
 
@@ -22,11 +22,11 @@ demo: $(VENV)/.synced
 	$(RUN) -m bench --quick
 	$(RUN) -m bench.file_monitor --quick
 
-test: lint typecheck pytest
+test: lint typecheck pytest docs
 
 lint: $(VENV)/.synced
-	$(VENV)/bin/ruff check encoder monitors tests bench fuzz
-	$(VENV)/bin/ruff format --check encoder monitors tests bench fuzz
+	$(VENV)/bin/ruff check encoder monitors tests bench fuzz docs
+	$(VENV)/bin/ruff format --check encoder monitors tests bench fuzz docs
 
 typecheck: $(VENV)/.synced
 	$(VENV)/bin/mypy
@@ -43,5 +43,23 @@ bench: $(VENV)/.synced
 fuzz: $(VENV)/.synced
 	$(RUN) fuzz/run.py
 
+# The documentation site (mkdocs.yml): --strict fails on any warning, such as a broken link
+# or a missing snippet; the benchmark plots are drawn from docs/data/ during the build.
+docs: $(VENV)/.synced
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Serves site/ on 127.0.0.1 and screenshots two pages in headless Chromium (Debian package
+# `chromium`) into site-check/; fails when a page does not render.
+docs-check: docs
+	$(RUN) docs/check_site.py
+
+# Refreshes the benchmark snapshots the docs draw from (run it on a quiet machine).
+docs-data: $(VENV)/.synced
+	$(RUN) -m bench --quick --json docs/data/encoder.json > docs/data/encoder.md.tmp
+	mv docs/data/encoder.md.tmp docs/data/encoder.md
+	$(RUN) -m bench.file_monitor --quick > docs/data/file_monitor.md.tmp
+	mv docs/data/file_monitor.md.tmp docs/data/file_monitor.md
+	$(RUN) docs/record_lag.py
+
 clean:
-	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .hypothesis fuzz/work
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .hypothesis fuzz/work site site-check
