@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -24,7 +26,8 @@ _BLOCK = 1 << 20
 BIG_LINE = 16 << 20
 _INT_MIN = -(1 << 63)  # orjson.loads reads ints in [i64 min, u64 max] as ints, others as floats
 _UINT_MAX = (1 << 64) - 1
-_MISSING = object()
+#: Read after a long line (see ``_parse_span``); random, so no line can forge it.
+_SENTINEL = secrets.randbits(60) | 1 << 60
 
 OnError = Literal["raise", "skip"]
 
@@ -149,15 +152,17 @@ def _parse_span(path: Path, span: LineSpan) -> Any:
         # Not use_float: ijson's C backend then refuses integers past 2**63, which orjson
         # writes; its Decimals become floats afterwards. yajl ignores an unterminated string
         # at the end of its input (``2"x`` reads as 2), so the line is read followed by a
-        # second value, " 0", which must come out whole and last: anything left over on the
-        # line (garbage, a cut string, a second value) changes what follows the first value.
-        items = ijson.items(_Range(f, span.offset, span.length, b" 0"), "", multiple_values=True)
-        value = next(items, _MISSING)
-        sentinel = next(items, _MISSING)
-        if sentinel is _MISSING:
-            raise ValueError("empty line" if value == 0 else "not one complete JSON value")
-        if type(sentinel) is not int or sentinel != 0 or next(items, _MISSING) is not _MISSING:
+        # second value, a number no file can know in advance, which must come out whole
+        # and last: anything left over on the line (garbage, a cut string, another value)
+        # changes what follows the first value.
+        tail = b" %d" % _SENTINEL
+        items = ijson.items(_Range(f, span.offset, span.length, tail), "", multiple_values=True)
+        values = list(itertools.islice(items, 3))
+        if len(values) < 2 or values[-1] != _SENTINEL or type(values[-1]) is not int:
+            raise ValueError("not one complete JSON value")
+        if len(values) > 2:
             raise ValueError("more than one JSON value on the line")
+        value = values[0]
     return _orjson_numbers(value) if isinstance(value, (dict, list)) else _number(value)
 
 
