@@ -18,9 +18,11 @@ $(VENV)/.synced: uv.lock pyproject.toml setup.py encoder/_csize.c | $(UV)
 	PYTHONPATH=$(TOOLS) $(UV) sync --locked --quiet
 	touch $@
 
+# The main job at a size that takes about two minutes on 2 cores: 60 production-sized episodes
+# through the file, Prime and W&B monitors and today's way (--baseline). Full size:
+# `.venv/bin/nodewise loadtest --baseline` (1,000 episodes, ~8.5 GB of JSON logged twice).
 demo: $(VENV)/.synced
-	$(RUN) -m bench --quick
-	$(RUN) -m bench.file_monitor --quick
+	$(VENV)/bin/nodewise loadtest --episodes 60 --baseline
 
 test: lint typecheck pytest docs
 
@@ -38,6 +40,7 @@ bench: $(VENV)/.synced
 	$(RUN) -m bench
 	$(RUN) -m bench.file_monitor
 	$(RUN) -m bench.prime_monitor
+	$(RUN) -m bench.loadtest
 
 # Each fuzz target for FUZZ_SECONDS (default 60); `make test` runs each for a few seconds.
 fuzz: $(VENV)/.synced

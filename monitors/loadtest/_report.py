@@ -1,0 +1,228 @@
+"""The load test's report: a table per run, the DESIGN targets, JSON, and a lag plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ._run import MB, LoadtestReport, RunResult
+from .errors import LoadtestError
+
+__all__ = ["PLOT_HINT", "check_plotting", "plot", "table", "targets", "text"]
+
+MIB = 2**20
+PLOT_HINT = "pip install 'nodewise[plot]'"
+#: DESIGN section 5.
+SLOWEST_LOG_PRIME = 1e-3
+LAG_P99 = 5.0
+LAG_MAX = 15.0
+RSS_LIMIT = 1 << 30
+
+
+def _lost(r: RunResult, reason: str) -> str:
+    return str(r.lost.get(reason, 0))
+
+
+def table(results: list[RunResult]) -> str:
+    """A Markdown table, one row per run."""
+    head = (
+        "| monitor | network | in flight | delivered | lost: queue full | lost: drain | "
+        "lost: other | slowest log (ms) | lag p50 (ms) | lag p99 (ms) | lag max (ms) | "
+        "wall (s) | MB/s | peak RSS (MiB) |"
+    )
+    rule = (
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | "
+        "---: | ---: |"
+    )
+    rows = [head, rule]
+    for r in results:
+        other = {k: v for k, v in r.lost.items() if k not in ("queue_full", "drain_timeout")}
+        other_text = ", ".join(f"{k}: {v}" for k, v in sorted(other.items())) or "0"
+        if r.error:
+            other_text += f" (error: {r.error})"
+        rows.append(
+            f"| {r.name} | {r.network} | {r.in_flight if r.in_flight is not None else '-'} | "
+            f"{r.delivered} / {r.submitted} | {_lost(r, 'queue_full')} | "
+            f"{_lost(r, 'drain_timeout')} | {other_text} | {r.slowest_log * 1e3:.2f} | "
+            f"{r.lag.p50:.2f} | {r.lag.p99:.2f} | {r.lag.max:.2f} | {r.wall:.1f} | "
+            f"{r.mbps:.0f} | {r.peak_rss / MIB:.0f} |"
+        )
+    return "\n".join(rows)
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def targets(report: LoadtestReport) -> list[str]:
+    """The DESIGN section 5 targets for nodewise's monitors in this run, one line each."""
+    ours = [r for r in report.results if not r.run.startswith("baseline")]
+    if not ours:
+        return []
+    lines = []
+    delivered = all(r.all_delivered for r in ours)
+    lines.append(
+        "all delivered: "
+        + ", ".join(f"{r.name} {r.delivered}/{r.submitted}" for r in ours)
+        + f" -> {_verdict(delivered)}"
+    )
+    for r in ours:
+        if r.run == "prime":
+            ok = r.slowest_log <= SLOWEST_LOG_PRIME
+            lines.append(
+                f"slowest log() <= 1 ms (PrimeMonitor): {r.slowest_log * 1e3:.2f} ms -> "
+                f"{_verdict(ok)}"
+            )
+    worst_p99 = max(ours, key=lambda r: r.lag.p99)
+    worst_max = max(ours, key=lambda r: r.lag.max)
+    ok = worst_p99.lag.p99 <= LAG_P99 and worst_max.lag.max <= LAG_MAX
+    lines.append(
+        f"loop lag p99 <= {LAG_P99:g} ms and max <= {LAG_MAX:g} ms (every monitor): worst p99 "
+        f"{worst_p99.lag.p99:.2f} ms ({worst_p99.name}), worst max {worst_max.lag.max:.2f} ms "
+        f"({worst_max.name}) -> {_verdict(ok)}"
+    )
+    if report.config.episodes >= 10_000:
+        for r in ours:
+            if r.run == "prime":
+                lines.append(
+                    f"peak RSS <= 1 GiB at {report.config.episodes} episodes (PrimeMonitor): "
+                    f"{r.peak_rss / MIB:.0f} MiB -> {_verdict(r.peak_rss <= RSS_LIMIT)}"
+                )
+    return lines
+
+
+def text(report: LoadtestReport) -> str:
+    """What the CLI prints: what ran, the table, the notes and the targets."""
+    c = report.config
+    sizes = (
+        f"all ~{c.size / MB:g} MB"
+        if c.size is not None
+        else f"lognormal, median {c.size_median / MB:g} MB, p90 {c.size_p90 / MB:g} MB, "
+        f"cap {c.size_cap / MB:g} MB"
+    )
+    out = [
+        f"nodewise loadtest: {c.episodes} episodes ({report.json_bytes / 1e9:.2f} GB of JSON; "
+        f"{sizes}; seed {c.seed}), "
+        + (
+            "each logged twice (subset 'all' one by one as it arrives, then its step of "
+            f"{c.step_size} with subset 'effective')"
+            if c.effective
+            else "each logged once, with subset 'all', as it arrives"
+        )
+        + f": {c.records} records per monitor",
+        "",
+        table(report.results),
+        "",
+        "delivered = records written (file, W&B) or committed by the server (Prime); slowest "
+        "log = the longest log_episodes call; lag = how late a task asking to wake every "
+        f"{c.lag_interval * 1e3:g} ms woke, from the first log call to the end of finalize; "
+        "wall = first log call to end of finalize; MB/s = JSON delivered / wall; peak RSS = "
+        + (
+            "this process's high-water mark during the run"
+            if report.rss_per_run
+            else "this process's high-water mark so far (cannot be reset here)"
+        )
+        + " (the TracesServer and wandb-core are processes of their own"
+        + (
+            f"; the TracesServer runs at nice +{c.server_nice}: a service elsewhere would not "
+            "take these cores)."
+            if any(r.server is not None for r in report.results)
+            else ")."
+        ),
+        f"The idle loop's own lag here ({report.idle_lag.count} samples before the runs): p50 "
+        f"{report.idle_lag.p50:.2f} ms, p99 {report.idle_lag.p99:.2f} ms, max "
+        f"{report.idle_lag.max:.2f} ms. {report.machine.get('cpus')} CPUs, Python "
+        f"{report.machine.get('python')}; {report.seconds:.0f} s in all.",
+    ]
+    out.append(
+        "Garbage collector during each run (its pauses stall the loop too; the episodes' "
+        "shared token lists are part of what a full collection walks): "
+        + "; ".join(
+            f"{r.name} {r.gc_full} full, longest pause {r.gc_longest:.0f} ms"
+            for r in report.results
+        )
+        + "."
+    )
+    out.append(
+        "CPU seconds per GB of JSON delivered (this process / the TracesServer): "
+        + "; ".join(
+            f"{r.name} {r.cpu / max(r.delivered_bytes / 1e9, 1e-9):.1f}"
+            + (
+                f" / {r.server_cpu / max(r.delivered_bytes / 1e9, 1e-9):.1f}"
+                if r.server_cpu is not None
+                else ""
+            )
+            for r in report.results
+            if r.delivered_bytes
+        )
+        + "."
+    )
+    for r in report.results:
+        if r.server is not None:
+            s = r.server
+            out.append(
+                f"{r.name}: the TracesServer stored {s.get('lines_stored')} lines, "
+                f"{s.get('unique_ids')} unique ids, {s.get('body_bytes', 0) / MB:.0f} MB on the "
+                f"wire ({s.get('uncompressed_bytes', 0) / max(1, s.get('compressed_bytes', 1)):.1f}x"
+                f" gzip), {s.get('requests_total')} requests, at most {s.get('max_in_flight')} "
+                "at once."
+            )
+    lines = targets(report)
+    if lines:
+        out += ["", "DESIGN targets (section 5), for nodewise's monitors:"]
+        out += [f"- {line}" for line in lines]
+    return "\n".join(out)
+
+
+def check_plotting() -> None:
+    """Raise ``LoadtestError`` now, before a long run, if ``plot`` could not draw."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise LoadtestError(f"--plot needs matplotlib: {PLOT_HINT}") from exc
+
+
+def plot(report: LoadtestReport, path: str | Path) -> None:
+    """Loop lag over time, one panel per run, to a PNG at ``path``."""
+    check_plotting()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = [r for r in report.results if r.lag_samples]
+    if not results:
+        raise LoadtestError("nothing to plot: no run has lag samples")
+    fig, axes = plt.subplots(
+        len(results), 1, figsize=(10, 2.4 * len(results) + 0.6), sharey=True, squeeze=False
+    )
+    top = max(max(r.lag_samples) for r in results)
+    for ax, r in zip(axes[:, 0], results, strict=True):
+        ax.plot(r.lag_times, r.lag_samples, linewidth=0.5, color="tab:blue")
+        ax.axhline(5.0, color="tab:orange", linewidth=0.8, linestyle="--", label="p99 target 5 ms")
+        ax.axhline(15.0, color="tab:red", linewidth=0.8, linestyle="--", label="max target 15 ms")
+        ax.set_title(
+            f"{r.name}: p99 {r.lag.p99:.2f} ms, max {r.lag.max:.2f} ms, slowest log "
+            f"{r.slowest_log * 1e3:.1f} ms",
+            fontsize=9,
+        )
+        ax.set_ylabel("lag (ms)")
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylim(0, max(20.0, top * 1.2))
+        ax.grid(True, alpha=0.3)
+    axes[-1, 0].set_xlabel("seconds since the first log call")
+    axes[0, 0].legend(loc="upper right", fontsize=8)
+    c = report.config
+    fig.suptitle(
+        f"event-loop lag (a task waking every {c.lag_interval * 1e3:g} ms), {c.episodes} episodes",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def to_json(report: LoadtestReport) -> dict[str, Any]:
+    data = report.to_dict()
+    data["targets"] = targets(report)
+    return data

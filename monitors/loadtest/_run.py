@@ -1,0 +1,603 @@
+"""Running a load test: episodes, the TracesServer, wandb offline, and each monitor in turn."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import platform
+import resource
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..base import Monitor
+from ..file import FileMonitor
+from ..lag import LagStats, LoopLagProbe
+from ..prime import PrimeMonitor
+from ..testing.episodes import Episode, EpisodeMaker
+from ..traces._layout import ROW_BYTES
+from ..wandb_monitor import WandbMonitor
+from ._baseline import OrjsonFileBaseline, SdkLikeUploader
+from ._config import LoadtestConfig
+from ._memory import PeakRss
+from ._progress import Bar, Progress
+from .errors import LoadtestError, NotEnoughDiskError
+
+__all__ = ["LoadtestReport", "RunResult", "make_episodes", "run_loadtest"]
+
+log = logging.getLogger("monitors.loadtest")
+
+KEY = "loadtest-key"
+MB = 1_000_000
+#: What each run is called in the report.
+NAMES = {
+    "file": "FileMonitor",
+    "prime": "PrimeMonitor",
+    "wandb": "WandbMonitor",
+    "baseline-file": "orjson + to_thread (file)",
+    "baseline-sdk": "SDK-like uploader",
+}
+_WRITES_FILES = ("file", "wandb", "baseline-file")
+_TALKS_HTTP = ("prime", "baseline-sdk")
+#: Seconds the idle loop is probed before the runs, as a reference for the machine's noise.
+IDLE_SECONDS = 1.0
+_TICK = 0.25
+
+
+@dataclass
+class RunResult:
+    """One monitor's (or baseline's) run. Times in seconds, lag in ms, sizes in bytes."""
+
+    run: str
+    name: str
+    episodes: int
+    submitted: int = 0
+    delivered: int = 0
+    lost: dict[str, int] = field(default_factory=dict)
+    #: Records each run is given (``LoadtestConfig.records``).
+    records: int = 0
+    #: JSON bytes of the records submitted and delivered (newlines not counted).
+    json_bytes: int = 0
+    delivered_bytes: int = 0
+    log_calls: int = 0
+    slowest_log: float = 0.0
+    slowest_log_subset: str = ""
+    #: Lag from the first log call to the end of finalize; ``start_lag_max`` during start.
+    lag: LagStats = field(default_factory=lambda: LagStats.of([]))
+    start_lag_max: float = 0.0
+    #: Garbage collections from the first log call to the end of finalize: how many were
+    #: full (generation 2), and the longest pause of any, in ms (a stall the probe also sees).
+    gc_full: int = 0
+    gc_longest: float = 0.0
+    #: CPU seconds (user + system) this process and the TracesServer (None: not known or
+    #: no server) spent during the run: where the cores went.
+    cpu: float = 0.0
+    server_cpu: float | None = None
+    wall: float = 0.0
+    drain: float = 0.0
+    peak_rss: int = 0
+    network: str = "-"
+    in_flight: int | None = None
+    #: The TracesServer's counts after the run (Prime and the SDK-like uploader).
+    server: dict[str, Any] | None = None
+    #: Where the records went: subset -> trace stream directory (or JSONL file), while kept.
+    streams: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    lag_samples: list[float] = field(default_factory=list, repr=False)
+    lag_times: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def lost_total(self) -> int:
+        return sum(self.lost.values())
+
+    @property
+    def mbps(self) -> float:
+        """JSON MB delivered per second of wall time."""
+        return self.delivered_bytes / MB / self.wall if self.wall > 0 else 0.0
+
+    @property
+    def all_delivered(self) -> bool:
+        return self.error is None and self.delivered == self.submitted == self.records
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "name": self.name,
+            "episodes": self.episodes,
+            "records": self.records,
+            "submitted": self.submitted,
+            "delivered": self.delivered,
+            "lost": dict(self.lost),
+            "json_bytes": self.json_bytes,
+            "delivered_bytes": self.delivered_bytes,
+            "log_calls": self.log_calls,
+            "slowest_log_ms": self.slowest_log * 1e3,
+            "slowest_log_subset": self.slowest_log_subset,
+            "lag_ms": {
+                "count": self.lag.count,
+                "p50": self.lag.p50,
+                "p90": self.lag.p90,
+                "p99": self.lag.p99,
+                "max": self.lag.max,
+            },
+            "start_lag_max_ms": self.start_lag_max,
+            "gc_full_collections": self.gc_full,
+            "gc_longest_pause_ms": self.gc_longest,
+            "cpu_s": self.cpu,
+            "server_cpu_s": self.server_cpu,
+            "wall_s": self.wall,
+            "drain_s": self.drain,
+            "mb_per_s": self.mbps,
+            "peak_rss_bytes": self.peak_rss,
+            "network": self.network,
+            "in_flight": self.in_flight,
+            "server": self.server,
+            "streams": dict(self.streams),
+            "error": self.error,
+        }
+
+
+@dataclass
+class LoadtestReport:
+    """Every run's result, the idle loop's own lag (for reference) and where it ran."""
+
+    config: LoadtestConfig
+    results: list[RunResult]
+    idle_lag: LagStats
+    json_bytes: int
+    rss_per_run: bool
+    machine: dict[str, Any]
+    seconds: float
+
+    def result(self, run: str) -> RunResult:
+        for r in self.results:
+            if r.run == run:
+                return r
+        raise KeyError(run)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "config": {
+                "monitors": list(c.monitors),
+                "episodes": c.episodes,
+                "records_per_monitor": c.records,
+                "size": c.size,
+                "size_median": c.size_median,
+                "size_p90": c.size_p90,
+                "size_cap": c.size_cap,
+                "step_size": c.step_size,
+                "effective": c.effective,
+                "ahead": c.ahead,
+                "seed": c.seed,
+                "latency_s": c.latency,
+                "bandwidth_bytes_per_s": c.bandwidth,
+                "in_flight": c.in_flight,
+                "server_nice": c.server_nice,
+                "drain_timeout_s": c.drain_timeout,
+                "chunk_bytes": c.chunk_bytes,
+                "baseline": c.baseline,
+            },
+            "episode_json_bytes": self.json_bytes,
+            "idle_lag_ms": {
+                "p50": self.idle_lag.p50,
+                "p99": self.idle_lag.p99,
+                "max": self.idle_lag.max,
+            },
+            "peak_rss_per_run": self.rss_per_run,
+            "machine": self.machine,
+            "seconds": self.seconds,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+def make_episodes(config: LoadtestConfig) -> tuple[EpisodeMaker, list[Episode]]:
+    """The run's episodes (seeded: the same config gives the same episodes)."""
+    maker = EpisodeMaker(seed=config.seed)
+    episodes = maker.episodes(
+        config.episodes,
+        size=config.size,
+        median=config.size_median,
+        p90=config.size_p90,
+        cap=config.size_cap,
+    )
+    return maker, episodes
+
+
+def network_name(config: LoadtestConfig) -> str:
+    if not config.latency and not config.bandwidth:
+        return "none"
+    parts = []
+    if config.latency:
+        parts.append(f"{config.latency * 1e3:g} ms")
+    if config.bandwidth:
+        parts.append(f"{config.bandwidth / MB:g} MB/s")
+    return " + ".join(parts)
+
+
+def disk_needed(config: LoadtestConfig, json_bytes: int) -> int:
+    """Bytes one file-writing run leaves on disk: every record twice ("all" and
+    "effective"), with newlines and index rows, and some room to spare."""
+    records = config.records
+    copies = records // config.episodes
+    return copies * json_bytes + records * (1 + ROW_BYTES) + (256 << 20)
+
+
+def check_disk(config: LoadtestConfig, json_bytes: int, root: Path) -> None:
+    """Raise ``NotEnoughDiskError`` if the file-writing runs cannot fit under ``root``."""
+    runs = [r for r in config.runs() if r in _WRITES_FILES]
+    if not runs:
+        return
+    one = disk_needed(config, json_bytes)
+    # Kept (--out): every run's files stay; else each run's are removed before the next.
+    needed = one * len(runs) if config.out is not None else one
+    probe = root
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed:
+        what = f"{', '.join(runs)} with {config.episodes} episodes ({json_bytes / 1e9:.1f} GB of JSON, logged twice)"
+        raise NotEnoughDiskError(path=str(probe), needed=needed, free=free, what=what)
+
+
+@contextlib.contextmanager
+def wandb_offline(root: Path) -> Iterator[str]:
+    """wandb offline with every file under ``root``, unless the user set ``WANDB_MODE``
+    (then it is theirs to decide, credentials included). Yields the mode in force."""
+    if os.environ.get("WANDB_MODE"):
+        yield os.environ["WANDB_MODE"]
+        return
+    home = root / "wandb-home"
+    env = {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(home / "runs"),
+        "WANDB_CONFIG_DIR": str(home / "config"),
+        "WANDB_CACHE_DIR": str(home / "cache"),
+        "WANDB_DATA_DIR": str(home / "data"),
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_DISABLE_CODE": "true",
+        "WANDB_ERROR_REPORTING": "false",
+    }
+    for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        Path(env[name]).mkdir(parents=True, exist_ok=True)
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield "offline"
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# -- one run ------------------------------------------------------------------------------
+
+
+class _GcWatch:
+    """Counts full collections and the longest pause while installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.full = 0
+        self.longest = 0.0
+        self._t0 = 0.0
+        self.active = False
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        self.longest = max(self.longest, (time.perf_counter() - self._t0) * 1e3)
+        if info.get("generation") == 2:
+            self.full += 1
+
+
+class _Driver:
+    """Logs the episodes into one monitor the way an orchestrator does, and measures."""
+
+    def __init__(
+        self,
+        monitor: Monitor,
+        result: RunResult,
+        episodes: Sequence[Episode],
+        config: LoadtestConfig,
+        bar: Bar,
+    ) -> None:
+        self.monitor = monitor
+        self.result = result
+        self.episodes = episodes
+        self.config = config
+        self.bar = bar
+        self.started = 0.0
+        self.submitted_bytes = 0
+        self._seen = 0
+        self._lag_max = 0.0
+
+    async def _room(self) -> None:
+        ahead = self.config.ahead
+        if not ahead:
+            return
+        monitor = self.monitor
+        while monitor.stats().pending > ahead:
+            await anyio.sleep(0.002)
+
+    async def _log(self, batch: list[Episode], step: int, subset: Any) -> None:
+        await self._room()
+        result = self.result
+        t0 = time.perf_counter()
+        await self.monitor.log_episodes(batch, step=step, subset=subset)
+        spent = time.perf_counter() - t0
+        result.log_calls += 1
+        self.submitted_bytes += sum(e.size for e in batch)
+        if spent > result.slowest_log:
+            result.slowest_log = spent
+            result.slowest_log_subset = f"{subset} ({len(batch)} episode(s))"
+
+    def _show(self, probe: LoopLagProbe) -> None:
+        """Bring the progress bar up to date (a few tens of µs on the loop)."""
+        samples = probe.samples
+        if len(samples) > self._seen:
+            self._lag_max = max(self._lag_max, max(samples[self._seen :]))
+            self._seen = len(samples)
+        stats = self.monitor.stats()
+        elapsed = time.perf_counter() - self.started if self.started else 0.0
+        done_bytes = self.submitted_bytes * (
+            stats.delivered / stats.submitted if stats.submitted else 0.0
+        )
+        self.bar.update(
+            done=stats.delivered + stats.lost_total,
+            submitted=stats.submitted,
+            mbps=done_bytes / MB / elapsed if elapsed > 0 else 0.0,
+            lag_max=self._lag_max,
+        )
+
+    async def _tick(self, probe: LoopLagProbe) -> None:
+        while True:
+            await anyio.sleep(_TICK)
+            self._show(probe)
+
+    async def run(self) -> None:
+        config, result, monitor = self.config, self.result, self.monitor
+        episodes = self.episodes
+        # The probe outside, the ticker inside: leaving the ticker's group cancels only it.
+        async with (
+            LoopLagProbe(interval=config.lag_interval) as probe,
+            anyio.create_task_group() as ticker,
+        ):
+            ticker.start_soon(self._tick, probe)
+            # start and finalize in this task, in the same scope (see PrimeMonitor.start).
+            t_start = time.perf_counter()
+            try:
+                await monitor.start()
+            except Exception as exc:
+                result.error = f"start failed: {exc}"
+                log.error("%s: %s", result.name, result.error)
+                with contextlib.suppress(Exception):
+                    await monitor.finalize()  # whatever start opened
+                ticker.cancel_scope.cancel()
+                return
+            self.started = time.perf_counter()
+            watch = _GcWatch()
+            gc.callbacks.append(watch)
+            watch.active = True
+            try:
+                k = config.step_size
+                for step, first in enumerate(range(0, len(episodes), k)):
+                    batch = list(episodes[first : first + k])
+                    for episode in batch:
+                        await self._log([episode], step, "all")
+                    if config.effective:
+                        await self._log(batch, step, "effective")
+            except Exception as exc:
+                result.error = f"log_episodes failed: {exc!r}"
+                log.error("%s: %s", result.name, result.error)
+            finally:
+                t_fin = time.perf_counter()
+                await monitor.finalize()
+                t_end = time.perf_counter()
+                watch.active = False
+                gc.callbacks.remove(watch)
+                ticker.cancel_scope.cancel()
+                self._show(probe)
+        result.gc_full, result.gc_longest = watch.full, watch.longest
+        result.wall = t_end - self.started
+        result.drain = t_end - t_fin
+        samples, times = probe.samples, probe.times
+        during = [s for s, t in zip(samples, times, strict=True) if t >= self.started]
+        before = [s for s, t in zip(samples, times, strict=True) if t_start <= t < self.started]
+        result.lag = LagStats.of(during)
+        result.start_lag_max = max(before, default=0.0)
+        result.lag_samples = during
+        result.lag_times = [t - self.started for t in times if t >= self.started]
+
+
+def _monitor(run: str, root: Path, config: LoadtestConfig, url: str | None) -> Monitor:
+    if run == "file":
+        return FileMonitor(root / "file", chunk_bytes=config.chunk_bytes)
+    if run == "wandb":
+        return WandbMonitor(
+            project="nodewise-loadtest",
+            name=f"loadtest-{config.episodes}",
+            dir=root / "wandb",
+            chunk_bytes=config.chunk_bytes,
+        )
+    if run == "baseline-file":
+        return OrjsonFileBaseline(root / "baseline-file")
+    assert url is not None
+    if run == "prime":
+        return PrimeMonitor(
+            api_key=KEY,
+            traces_url=url,
+            base_url=url,
+            team_id="",
+            run_id="loadtest",
+            max_in_flight=config.in_flight,
+            drain_timeout=config.drain_timeout,
+        )
+    if run == "baseline-sdk":
+        return SdkLikeUploader(url=url, api_key=KEY, drain_timeout=config.drain_timeout)
+    raise LoadtestError(f"unknown run {run!r}")
+
+
+def _streams(run: str, monitor: Monitor) -> dict[str, str]:
+    if isinstance(monitor, FileMonitor | WandbMonitor):
+        if isinstance(monitor, WandbMonitor) and monitor.run is None:
+            return {}
+        return {s: str(monitor.stream_dir("train", s)) for s in ("all", "effective")}
+    if isinstance(monitor, OrjsonFileBaseline):
+        return {s: str(monitor.path("train", s)) for s in ("all", "effective")}
+    return {}
+
+
+async def _run_one(
+    run: str,
+    *,
+    config: LoadtestConfig,
+    episodes: Sequence[Episode],
+    root: Path,
+    server: Any,
+    progress: Progress,
+    peak: PeakRss,
+) -> RunResult:
+    result = RunResult(run=run, name=NAMES[run], episodes=len(episodes), records=config.records)
+    if run in _TALKS_HTTP:
+        result.network = network_name(config)
+        result.in_flight = config.in_flight if run == "prime" else 1
+        await server.areset()
+    monitor = _monitor(run, root, config, server.url if server is not None else None)
+    bar = progress.bar(result.name, config.records)
+    gc.collect()
+    peak.reset()
+    cpu0 = process_cpu()
+    server_pid = server.pid if server is not None and run in _TALKS_HTTP else None
+    server_cpu0 = process_cpu(server_pid) if server_pid is not None else None
+    try:
+        await _Driver(monitor, result, episodes, config, bar).run()
+    finally:
+        bar.close()
+    result.cpu = (process_cpu() or 0.0) - (cpu0 or 0.0)
+    if server_pid is not None and server_cpu0 is not None:
+        server_cpu1 = process_cpu(server_pid)
+        result.server_cpu = None if server_cpu1 is None else server_cpu1 - server_cpu0
+    result.peak_rss = peak.peak()
+    stats = monitor.stats()
+    result.submitted = stats.submitted
+    result.delivered = stats.delivered
+    result.lost = {k: v for k, v in stats.lost.items() if v}
+    result.json_bytes = config.records // len(episodes) * sum(e.size for e in episodes)
+    # Bytes delivered: exact when everything or nothing was, else pro rata.
+    if stats.submitted:
+        result.delivered_bytes = round(result.json_bytes * stats.delivered / config.records)
+    result.streams = _streams(run, monitor)
+    if run in _TALKS_HTTP:
+        result.server = await server.astats()
+    return result
+
+
+def lower_priority(pid: int, nice: int) -> None:
+    """Run process ``pid`` at ``nice`` above this process (best effort; 0 leaves it)."""
+    if nice > 0 and hasattr(os, "setpriority"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+        except OSError as exc:
+            log.warning("the TracesServer's priority was not lowered: %s", exc)
+
+
+def process_cpu(pid: int | None = None) -> float | None:
+    """CPU seconds (user + system) used so far by this process (``pid`` None) or by process
+    ``pid`` (None where ``/proc`` cannot tell)."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def run_loadtest(config: LoadtestConfig) -> LoadtestReport:
+    """Run ``config.runs()`` one after the other and return their results.
+
+    Without ``config.out`` everything is written in a temporary directory, and each run's
+    files are removed as soon as that run ends. Raises ``NotEnoughDiskError`` before
+    anything runs when the trace files cannot fit.
+    """
+    started = time.perf_counter()
+    # ~1 s of CPU for 1,000 episodes (the bodies are built): not on the caller's loop.
+    _, episodes = await anyio.to_thread.run_sync(make_episodes, config)
+    json_bytes = sum(e.size for e in episodes)
+    temporary = config.out is None
+    if config.out is None:
+        root = Path(tempfile.mkdtemp(prefix="nodewise-loadtest-"))
+    else:
+        root = Path(config.out)
+    try:
+        if config.check_disk:
+            check_disk(config, json_bytes, root)
+        root.mkdir(parents=True, exist_ok=True)
+        async with LoopLagProbe(interval=config.lag_interval) as probe:
+            await anyio.sleep(IDLE_SECONDS)
+        idle = probe.stats()
+        progress = Progress(enabled=config.progress)
+        peak = PeakRss()
+        runs = config.runs()
+        results: list[RunResult] = []
+        server_cm: Any = contextlib.nullcontext(None)
+        if any(r in _TALKS_HTTP for r in runs):
+            from ..testing.server import TracesServer
+
+            faults: dict[str, float] = {"latency": config.latency, "bandwidth": config.bandwidth}
+            server_cm = TracesServer(api_key=KEY, faults=faults)
+        with wandb_offline(root):
+            async with server_cm as server:
+                if server is not None:
+                    lower_priority(server.pid, config.server_nice)
+                for run in runs:
+                    result = await _run_one(
+                        run,
+                        config=config,
+                        episodes=episodes,
+                        root=root,
+                        server=server,
+                        progress=progress,
+                        peak=peak,
+                    )
+                    results.append(result)
+                    if temporary and run in _WRITES_FILES:
+                        await anyio.to_thread.run_sync(_remove, root / run)
+                        result.streams = {}
+        return LoadtestReport(
+            config=config,
+            results=results,
+            idle_lag=idle,
+            json_bytes=json_bytes,
+            rss_per_run=peak.resettable,
+            machine={
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "platform": platform.platform(terse=True),
+            },
+            seconds=time.perf_counter() - started,
+        )
+    finally:
+        if temporary:  # even when cancelled (Ctrl-C): the files may be many GB
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_remove, root)

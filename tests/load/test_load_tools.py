@@ -1,0 +1,159 @@
+"""The load test's own parts: the episode generator and the ``nodewise`` command line."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from monitors.loadtest import LoadtestConfig, LoadtestError, make_episodes, run_loadtest
+from monitors.loadtest.cli import main, nodewise, parse_bytes, parse_seconds
+from monitors.testing.episodes import (
+    BODIES,
+    CAP_BYTES,
+    MIN_BYTES,
+    EpisodeMaker,
+    lognormal_sizes,
+)
+from monitors.traces import read_records
+
+pytestmark = pytest.mark.load
+
+
+def test_sizes_follow_production() -> None:
+    sizes = sorted(lognormal_sizes(20_000, seed=3))
+    assert sizes == sorted(lognormal_sizes(20_000, seed=3))
+    median, p90 = sizes[10_000], sizes[18_000]
+    assert 6.0e6 < median < 6.8e6
+    assert 16e6 < p90 < 18e6
+    assert 8.0e6 < statistics.mean(sizes) < 9.0e6
+    assert sizes[0] >= MIN_BYTES
+    assert sizes[-1] <= CAP_BYTES
+
+
+def test_episodes_are_seeded_unique_and_exactly_sized() -> None:
+    maker = EpisodeMaker(seed=7)
+    episodes = maker.episodes(40, median=300_000, p90=900_000, cap=3_000_000)
+    again = EpisodeMaker(seed=7).episodes(40, median=300_000, p90=900_000, cap=3_000_000)
+    assert len({e.id for e in episodes}) == 40
+    for episode, twin in zip(episodes, again, strict=True):
+        data = orjson.dumps(episode.to_record())
+        assert data == orjson.dumps(twin.to_record())  # reproducible, byte for byte
+        assert len(data) == episode.size
+        assert maker.matches(data, episode) is None
+        assert b"".join(maker.expected_pieces(episode)) == data
+    one = episodes[5]
+    damaged = bytearray(orjson.dumps(one.to_record()))
+    damaged[len(damaged) // 2] ^= 1
+    assert maker.matches(damaged, one) is not None
+    assert maker.matches(damaged[:-1], one) is not None
+
+
+def test_episodes_have_the_verifiers_shape_and_share_their_bodies() -> None:
+    maker = EpisodeMaker(seed=0)
+    a, b = maker.episodes(2, size=3_000_000)
+    assert abs(a.size - 3_000_000) < 0.03 * 3_000_000
+    record = a.to_record()
+    assert record["id"] == a.id
+    traces = record["traces"]
+    assert traces
+    assert all(t is maker.body(i) for t, i in zip(traces, a.bodies, strict=True))
+    roles = {node["role"] for trace in traces for node in trace["nodes"]}
+    assert roles == {"system", "user", "assistant", "tool"}
+    node = next(
+        n for t in traces for n in t["nodes"] if n["role"] == "assistant" and n["tool_calls"]
+    )
+    assert isinstance(json.loads(node["tool_calls"][0]["function"]["arguments"]), dict)
+    assert node["reasoning"]
+    assert len(node["token_ids"]) == len(node["mask"]) == len(node["logprobs"]) > 0
+    assert set(node["mask"]) == {1}
+    # Shared: the same body is the same object in both episodes' records.
+    shared = set(a.bodies) & set(b.bodies)
+    for i in shared:
+        assert (
+            a.to_record()["traces"][a.bodies.index(i)] is b.to_record()["traces"][b.bodies.index(i)]
+        )
+    assert len(maker.targets) == BODIES
+
+
+def test_config_refuses_bad_values() -> None:
+    with pytest.raises(LoadtestError, match="unknown monitor"):
+        LoadtestConfig(monitors=("nope",))  # type: ignore[arg-type]
+    with pytest.raises(LoadtestError, match="episodes"):
+        LoadtestConfig(episodes=0)
+    with pytest.raises(LoadtestError, match="size must be at least"):
+        LoadtestConfig(size=10)
+    with pytest.raises(LoadtestError, match="latency"):
+        LoadtestConfig(latency=-1.0)
+
+
+def test_units() -> None:
+    assert parse_bytes("2.2MB", default_unit=1) == 2_200_000
+    assert parse_bytes("5GiB", default_unit=1) == 5 * 2**30
+    assert parse_bytes("6.4", default_unit=10**6) == 6_400_000
+    assert parse_seconds("100ms") == pytest.approx(0.1)
+    assert parse_seconds("2") == 2.0
+
+
+def test_cli_runs_and_reports_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(
+        [
+            "--monitors",
+            "file,prime",
+            "--episodes",
+            "6",
+            "--size",
+            "200kB",
+            "--step-size",
+            "3",
+            "--baseline",
+            "--json",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    runs = {r["run"]: r for r in report["results"]}
+    assert list(runs) == ["file", "prime", "baseline-file", "baseline-sdk"]
+    for r in runs.values():
+        assert (r["submitted"], r["delivered"], r["lost"]) == (12, 12, {}), r
+        assert r["log_calls"] == 6 + 2
+    assert runs["prime"]["server"]["unique_ids"] == 6
+    assert Path(runs["file"]["streams"]["all"], "00000.jsonl").is_file()
+
+
+def test_cli_errors_are_clear(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--monitors", "file,s3"])
+    assert exc.value.code == 2
+    assert "unknown monitor 's3'" in capsys.readouterr().err
+    assert nodewise(["frobnicate"]) == 2
+    assert "unknown command" in capsys.readouterr().err
+    assert nodewise(["--help"]) == 0
+
+
+def test_without_effective_each_episode_is_logged_once(tmp_path: Path) -> None:
+    config = LoadtestConfig(
+        monitors=("file",),
+        episodes=5,
+        size=100_000,
+        effective=False,
+        out=tmp_path / "out",
+        progress=False,
+    )
+    assert config.records == 5
+    report = anyio.run(run_loadtest, config)
+    result = report.result("file")
+    assert (result.submitted, result.delivered, result.log_calls) == (5, 5, 5)
+    assert result.all_delivered
+    assert result.json_bytes == report.json_bytes
+    assert [r["id"] for r in read_records(result.streams["all"])] == [
+        e.id for e in make_episodes(config)[1]
+    ]
+    assert not Path(result.streams["effective"]).exists()
