@@ -23,6 +23,44 @@ __all__ = ["FileMonitor"]
 log = logging.getLogger("monitors.file")
 
 
+async def write_episodes(
+    writer: TraceWriter,
+    batch: list[Any],
+    ledger: Ledger,
+    *,
+    step: int,
+    kind: Kind,
+    subset: Subset,
+) -> int:
+    """Append each episode's record to ``writer``, in order, counting each in ``ledger``:
+    delivered once written, else lost as ``bad_record`` (``to_record()`` raised, the rest go
+    on), ``encode_error`` (likewise), ``write_error`` or ``cancelled`` (this one and the rest,
+    then the error is raised). Returns the highest chunk number written to (-1: none)."""
+    chunk = -1
+    for i, episode in enumerate(batch):
+        try:
+            record = build_record(episode)
+        except Exception as exc:
+            ledger.lost["bad_record"] += 1
+            log.warning("step %d: episode %d has no record: %r", step, i, exc)
+            continue
+        try:
+            row = await writer.append(record, step=step, kind=kind, subset=subset)
+        except encoder.EncodeError as exc:
+            ledger.lost["encode_error"] += 1
+            log.warning("step %d: episode %d not written: %s", step, i, exc)
+        except TraceWriteError:
+            ledger.lost["write_error"] += len(batch) - i
+            raise
+        except BaseException:
+            ledger.lost["cancelled"] += len(batch) - i
+            raise
+        else:
+            ledger.delivered += 1
+            chunk = max(chunk, row.chunk)
+    return chunk
+
+
 class FileMonitor(Monitor):
     """Writes a run to ``root``::
 
@@ -108,27 +146,9 @@ class FileMonitor(Monitor):
         batch = list(episodes)
         ledger = self._ledger
         ledger.submitted += len(batch)
-        writer = self._stream(kind, subset)
-        for i, episode in enumerate(batch):
-            try:
-                record = build_record(episode)
-            except Exception as exc:
-                ledger.lost["bad_record"] += 1
-                log.warning("step %d: episode %d has no record: %r", step, i, exc)
-                continue
-            try:
-                await writer.append(record, step=step, kind=kind, subset=subset)
-            except encoder.EncodeError as exc:
-                ledger.lost["encode_error"] += 1
-                log.warning("step %d: episode %d not written: %s", step, i, exc)
-            except TraceWriteError:
-                ledger.lost["write_error"] += len(batch) - i
-                raise
-            except BaseException:
-                ledger.lost["cancelled"] += len(batch) - i
-                raise
-            else:
-                ledger.delivered += 1
+        await write_episodes(
+            self._stream(kind, subset), batch, ledger, step=step, kind=kind, subset=subset
+        )
 
     async def finalize(self) -> None:
         if self._finalized:

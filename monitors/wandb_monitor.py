@@ -18,11 +18,10 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-import encoder
-
 from .base import DeliveryStats, Ledger, Monitor, finite_metrics
-from .errors import MonitorError, TraceWriteError
-from .records import Kind, Subset, build_record, check_kind
+from .errors import MonitorError
+from .file import write_episodes
+from .records import Kind, Subset, check_kind
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
 from .traces._layout import INDEX_NAME, chunk_path, list_chunks
 
@@ -350,28 +349,10 @@ class WandbMonitor(Monitor):
             ledger.lost["disabled"] += len(batch)
             return
         stream = self._stream(kind, subset)
-        writer = stream.writer
-        for i, episode in enumerate(batch):
-            try:
-                record = build_record(episode)
-            except Exception as exc:
-                ledger.lost["bad_record"] += 1
-                log.warning("step %d: episode %d has no record: %r", step, i, exc)
-                continue
-            try:
-                row = await writer.append(record, step=step, kind=kind, subset=subset)
-            except encoder.EncodeError as exc:
-                ledger.lost["encode_error"] += 1
-                log.warning("step %d: episode %d not written: %s", step, i, exc)
-            except TraceWriteError:
-                ledger.lost["write_error"] += len(batch) - i
-                raise
-            except BaseException:
-                ledger.lost["cancelled"] += len(batch) - i
-                raise
-            else:
-                ledger.delivered += 1
-                stream.sealed = max(stream.sealed, row.chunk)
+        chunk = await write_episodes(
+            stream.writer, batch, ledger, step=step, kind=kind, subset=subset
+        )
+        stream.sealed = max(stream.sealed, chunk)
         if stream.sealed > stream.saved:
             await self._hand_over(stream, final=False)
 
