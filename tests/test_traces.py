@@ -598,7 +598,7 @@ def test_foreign_numbers_read_the_same_through_ijson(
 
 
 @pytest.mark.parametrize(
-    "line", [b'2"[0,2]', b'{"a": 1} "x', b'"cut', b"1 2", b"[1] 0", b" ", b'00"[,2]']
+    "line", [b'2"[0,2]', b'{"a": 1} "x', b'"cut', b"1 2", b"[1] 0", b" ", b'00"[,2]', b"\x0b11"]
 )
 def test_a_line_that_is_not_one_value_is_refused_through_ijson_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: bytes

@@ -116,6 +116,9 @@ class _Range:
         n = self.left if n < 0 else min(n, self.left)
         data = self.f.read(n)
         self.left -= len(data)
+        if b"\x0b" in data or b"\x0c" in data:
+            # yajl takes these for whitespace; JSON (and orjson) allows them nowhere raw.
+            raise ValueError("a control character outside the JSON grammar")
         return data
 
 
