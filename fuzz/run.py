@@ -48,7 +48,7 @@ def shared_seeds(target: str, into: Path) -> Path:
     return into
 
 
-def run(target: str, seconds: int) -> int:
+def run(target: str, seconds: int, seed: int | None = None) -> int:
     work = HERE / "work" / target
     new = work / "found"
     new.mkdir(parents=True, exist_ok=True)
@@ -61,6 +61,7 @@ def run(target: str, seconds: int) -> int:
         "-rss_limit_mb=4096",
         "-max_len=1000000",
         f"-artifact_prefix={work}/",
+        *([f"-seed={seed}"] if seed is not None else []),
         str(new),
         str(HERE / "corpus" / target),
         str(seeds),
@@ -75,11 +76,12 @@ def main() -> None:
     parser.add_argument("targets", nargs="*", help=f"of {', '.join(TARGETS)} (default: all)")
     default = int(os.environ.get("FUZZ_SECONDS", "60"))
     parser.add_argument("--seconds", type=int, default=default, help="per target (FUZZ_SECONDS)")
+    parser.add_argument("--seed", type=int, help="libFuzzer's seed (default: a new one each run)")
     args = parser.parse_args()
     unknown = set(args.targets) - set(TARGETS)
     if unknown:
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
-    failed = [t for t in args.targets or TARGETS if run(t, args.seconds) != 0]
+    failed = [t for t in args.targets or TARGETS if run(t, args.seconds, args.seed) != 0]
     if failed:
         sys.exit(f"fuzz targets crashed: {', '.join(failed)} (inputs in fuzz/work/<target>/)")
 
