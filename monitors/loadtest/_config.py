@@ -75,6 +75,11 @@ class LoadtestConfig:
     progress: bool = True
     #: Check that trace files fit on the disk before starting (``NotEnoughDiskError``).
     check_disk: bool = True
+    #: Once a monitor has started, ``gc.freeze()`` what is alive then (imported modules,
+    #: wandb's among them, and the shared episode bodies), as a latency-minded orchestrator
+    #: does after its own start-up: a full collection then scans only what was made since,
+    #: instead of stalling the loop for a time that grows with every module ever imported.
+    gc_freeze: bool = True
 
     def __post_init__(self) -> None:
         if not self.monitors:

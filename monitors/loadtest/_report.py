@@ -135,8 +135,15 @@ def text(report: LoadtestReport) -> str:
         f"{report.machine.get('python')}; {report.seconds:.0f} s in all.",
     ]
     out.append(
-        "Garbage collector during each run (its pauses stall the loop too; the episodes' "
-        "shared token lists are part of what a full collection walks): "
+        "Garbage collector during each run (its pauses stall the loop too; "
+        + (
+            "the start-up heap, imported modules and shared episode bodies, was gc.freeze()d "
+            "once each monitor had started, so a full collection walks only what came after"
+            if c.gc_freeze
+            else "nothing was frozen (--no-gc-freeze), so a full collection walks every "
+            "imported module and the episodes' shared token lists"
+        )
+        + "): "
         + "; ".join(
             f"{r.name} {r.gc_full} full, longest pause {r.gc_longest:.0f} ms"
             for r in report.results

@@ -182,6 +182,7 @@ class LoadtestReport:
                 "bandwidth_bytes_per_s": c.bandwidth,
                 "in_flight": c.in_flight,
                 "server_nice": c.server_nice,
+                "gc_freeze": c.gc_freeze,
                 "drain_timeout_s": c.drain_timeout,
                 "chunk_bytes": c.chunk_bytes,
                 "baseline": c.baseline,
@@ -388,6 +389,11 @@ class _Driver:
                     await monitor.finalize()  # whatever start opened
                 ticker.cancel_scope.cancel()
                 return
+            if config.gc_freeze:  # a one-off pause of its own: not sampled
+                probe.pause()
+                gc.collect()
+                gc.freeze()
+                probe.resume()
             self.started = time.perf_counter()
             watch = _GcWatch()
             gc.callbacks.append(watch)
@@ -409,6 +415,8 @@ class _Driver:
                 t_end = time.perf_counter()
                 watch.active = False
                 gc.callbacks.remove(watch)
+                if config.gc_freeze:
+                    gc.unfreeze()
                 ticker.cancel_scope.cancel()
                 self._show(probe)
         result.gc_full, result.gc_longest = watch.full, watch.longest

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
 import pytest
 
+from monitors import FileMonitor
 from monitors.loadtest import LoadtestConfig, LoadtestError, make_episodes, run_loadtest
-from monitors.loadtest.cli import main, nodewise, parse_bytes, parse_seconds
+from monitors.loadtest.cli import main, nodewise, parse_bytes, parse_seconds, parser
 from monitors.testing.episodes import (
     BODIES,
     CAP_BYTES,
@@ -157,3 +160,41 @@ def test_without_effective_each_episode_is_logged_once(tmp_path: Path) -> None:
         e.id for e in make_episodes(config)[1]
     ]
     assert not Path(result.streams["effective"]).exists()
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_start_up_heap_is_frozen_only_while_logging(
+    freeze: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``gc_freeze`` every log call runs with the start-up heap out of the collector's
+    reach (so a full collection does not scan wandb's modules on the loop); afterwards, and
+    without it, nothing stays frozen."""
+    seen: list[int] = []
+    log_episodes = FileMonitor.log_episodes
+
+    async def spy(self: FileMonitor, *args: Any, **kwargs: Any) -> None:
+        seen.append(gc.get_freeze_count())
+        await log_episodes(self, *args, **kwargs)
+
+    monkeypatch.setattr(FileMonitor, "log_episodes", spy)
+    config = LoadtestConfig(
+        monitors=("file",),
+        episodes=3,
+        size=100_000,
+        out=tmp_path / "out",
+        progress=False,
+        gc_freeze=freeze,
+    )
+    before = gc.get_freeze_count()
+    assert anyio.run(run_loadtest, config).result("file").all_delivered
+    assert len(seen) == 3 + 1
+    if freeze:
+        assert min(seen) > before + 1000
+    else:
+        assert seen == [before] * 4
+    assert gc.get_freeze_count() == before
+
+
+def test_cli_turns_the_freeze_off() -> None:
+    assert parser().parse_args([]).no_gc_freeze is False
+    assert parser().parse_args(["--no-gc-freeze"]).no_gc_freeze is True
