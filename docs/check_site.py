@@ -3,10 +3,11 @@
     python docs/check_site.py [--site site] [--out site-check]   (``make docs-check``)
 
 Serves ``site/`` on 127.0.0.1 (``http.server``, in a thread of this process) and, for the home
-page and the benchmark page: saves a screenshot to ``site-check/<page>.png``, and dumps the
-DOM after scripts ran. Fails (exit 1) when a page's title or heading is not the expected
-one, when the screenshot is blank (a render that failed is one flat colour), when a request
-the browser made was answered with an error, or when an image of the page was never fetched.
+page, the design page (its diagrams are SVG files) and the benchmark page: saves a
+screenshot to ``site-check/<page>.png``, and dumps the DOM after scripts ran. Fails (exit 1)
+when a page's title or heading is not the expected one, when the screenshot is blank (a
+render that failed is one flat colour), when a request the browser made was answered with
+an error, or when an image of the page was never fetched.
 Chromium is Debian's ``chromium`` package (``apt-get install chromium``).
 """
 
@@ -41,7 +42,8 @@ class Page:
 
 PAGES = [
     Page("home", "/", "nodewise", "nodewise", 1600),
-    Page("benchmarks", "/benchmarks/", "Benchmarks - nodewise", "Benchmarks", 4200),
+    Page("design", "/design/", "Design - nodewise", "Design", 3000),
+    Page("benchmarks", "/benchmarks/", "Benchmarks - nodewise", "Benchmarks", 6400),
 ]
 
 
@@ -115,7 +117,7 @@ def check_page(
     failed = sorted({f"{path} ({status})" for path, status in fetched if status >= 400})
     if failed:
         problems.append(f"{page.name}: requests failed: {', '.join(failed)}")
-    images = set(re.findall(r'<img[^>]+src="([^"]+\.png)"', dom))
+    images = set(re.findall(r'<img[^>]+src="([^"]+\.(?:png|svg))"', dom))
     paths = {path.split("?")[0] for path, status in fetched if status < 400}
     for src in sorted(images):
         wanted = re.sub(r"[^/]+/\.\./", "", page.path + src)  # "../img/x.png" from a page dir

@@ -106,7 +106,8 @@ def _snippets() -> list[tuple[str, str, str | None]]:
 
 def test_pages_include_snippets() -> None:
     assert {file for _, file, _ in _snippets()} >= {f"recipes/{name}" for name in RUNS} | {
-        "data/file_monitor.md"
+        "data/file_monitor.md",
+        "data/prime_monitor.md",
     }
 
 
@@ -123,7 +124,8 @@ def test_benchmark_placeholders_resolve(docs_on_path: None) -> None:
     hooks = load(DOCS / "hooks.py")
     page = (DOCS / "benchmarks.md").read_text()
     placeholders = list(hooks._SNAPSHOT.finditer(page))
-    assert len(placeholders) >= 5
+    assert len(placeholders) >= 8
+    assert {m["file"] for m in placeholders} == {"encoder.md", "loadtest.md"}
     for m in placeholders:
         assert hooks.snapshot_block(m["file"], m["prefix"]).startswith(m["prefix"])
 
@@ -136,10 +138,32 @@ def test_snapshot_table_and_json_are_one_run() -> None:
     assert f"({data['mode']} run, {data['elapsed_s']:.0f} s)" in header
 
 
+def test_load_test_table_and_json_are_one_run() -> None:
+    """loadtest.md (the printed report) and loadtest.json (the plot) came from the same
+    ``nodewise loadtest --json FILE`` run: the same rows, to the last digit."""
+    data: dict[str, Any] = json.loads((DOCS / "data" / "loadtest.json").read_text())
+    text = (DOCS / "data" / "loadtest.md").read_text()
+    for r in data["results"]:
+        lag = r["lag_ms"]
+        row = (
+            f"| {r['name']} | {r['network']} | {r['in_flight'] or '-'} | "
+            f"{r['delivered']} / {r['submitted']} |"
+        )
+        assert row in text, row
+        assert f"| {lag['p99']:.2f} | {lag['max']:.2f} | {r['wall_s']:.1f} |" in text
+        assert max(r["lag_trace_ms"]["max"]) == pytest.approx(lag["max"], abs=1e-3)
+
+
 def test_plots_render(docs_on_path: None) -> None:
     gen_plots = load(DOCS / "gen_plots.py")
     images = gen_plots.render()
-    assert set(images) == {"throughput.png", "lag.png", "budget_sweep.png", "lag_over_time.png"}
+    assert set(images) == {
+        "throughput.png",
+        "lag.png",
+        "budget_sweep.png",
+        "lag_over_time.png",
+        "loadtest_lag.png",
+    }
     for name, png in images.items():
         assert png.startswith(b"\x89PNG\r\n\x1a\n"), name
         assert len(png) > 20_000, name  # a drawn plot, not an empty canvas

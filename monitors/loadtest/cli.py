@@ -190,7 +190,15 @@ def parser() -> argparse.ArgumentParser:
         help="also run today's way: orjson.dumps in asyncio.to_thread to a file, and an "
         "SDK-like uploader (queue put that blocks, gzip 9, one request in flight)",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="FILE",
+        help="the report as JSON (with each run's lag over time, its worst sample every "
+        "0.1 s): on stdout instead of the table, or into FILE besides it",
+    )
     p.add_argument(
         "--plot",
         type=Path,
@@ -210,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.plot is not None:
             check_plotting()
+        if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
+            raise LoadtestError(f"--json {args.json}: no such directory")
         config = LoadtestConfig(
             monitors=args.monitors,
             episodes=args.episodes,
@@ -242,7 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if args.plot is not None:
         plot(report, args.plot)
-    if args.json:
+    if args.json is not None and args.json != "-":
+        Path(args.json).write_text(json.dumps(to_json(report), indent=1) + "\n")
+    if args.json == "-":
         print(json.dumps(to_json(report), indent=2))
     else:
         print(text(report))

@@ -129,6 +129,26 @@ def test_cli_runs_and_reports_json(capsys: pytest.CaptureFixture[str], tmp_path:
         assert r["log_calls"] == 6 + 2
     assert runs["prime"]["server"]["unique_ids"] == 6
     assert Path(runs["file"]["streams"]["all"], "00000.jsonl").is_file()
+    for r in runs.values():  # lag over time: the worst sample of every 0.1 s
+        trace = r["lag_trace_ms"]
+        assert trace["bin_s"] == 0.1
+        assert len(trace["max"]) == pytest.approx(r["wall_s"] / 0.1, abs=2)
+        assert max(trace["max"]) == pytest.approx(r["lag_ms"]["max"], abs=1e-3)
+
+
+def test_cli_prints_the_table_and_writes_json_to_a_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["--monitors", "file", "--episodes", "2", "--size", "100kB", "--no-progress"]
+    code = main([*args, "--out", str(tmp_path / "out"), "--json", str(tmp_path / "r.json")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("nodewise loadtest: 2 episodes")
+    assert "| FileMonitor | - | - | 4 / 4 |" in printed
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["results"][0]["delivered"] == 4
+    assert main([*args, "--json", str(tmp_path / "missing" / "r.json")]) == 2
+    assert "no such directory" in capsys.readouterr().err
 
 
 def test_cli_errors_are_clear(capsys: pytest.CaptureFixture[str]) -> None:
