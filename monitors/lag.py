@@ -6,6 +6,7 @@ What tests, benchmarks and the load test use to prove that logging never stalls 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
@@ -44,12 +45,39 @@ class LagStats:
         )
 
 
+#: Per thread, the kernel's "time spent waiting on a runqueue" in ns (Linux, schedstat).
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _open_schedstat() -> int | None:
+    try:
+        fd = os.open(_SCHEDSTAT, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        _run_delay(fd)
+    except (OSError, ValueError, IndexError):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _run_delay(fd: int) -> int:
+    return int(os.pread(fd, 128, 0).split()[1])
+
+
 class LoopLagProbe:
     """An async context manager sampling loop lag every ``interval`` seconds while open.
 
     A sample is how much later than asked the probe's sleep returned. ``stats()`` may be read
     while running or after exit; ``samples`` holds the raw values in ms, with ``times`` (the
     ``perf_counter`` of each wake-up) for plotting lag over time.
+
+    Lag has two causes: the loop's thread was busy (a step that ran long, a GIL held by
+    another thread, a garbage collection), or it was ready but the kernel gave it no core
+    (more runnable threads than cores). Where the kernel tells (Linux schedstat),
+    ``cpu_waits`` holds, for each sample, the ms the loop's thread spent waiting for a core
+    meanwhile, so a report can say which cause a stall had; elsewhere it stays empty.
     """
 
     def __init__(self, *, interval: float = 0.001) -> None:
@@ -58,6 +86,7 @@ class LoopLagProbe:
         self.interval = interval
         self.samples: list[float] = []
         self.times: list[float] = []
+        self.cpu_waits: list[float] = []
         self._group: TaskGroup | None = None
         self._epoch = 0  # changes on pause() and resume(): a sleep spanning one is no sample
         self._paused = False
@@ -96,18 +125,28 @@ class LoopLagProbe:
 
     async def _run(self, started: anyio.Event) -> None:
         interval = self.interval
-        samples, times = self.samples, self.times
+        samples, times, waits = self.samples, self.times, self.cpu_waits
+        fd = _open_schedstat()  # in the loop's thread: "thread-self" is that thread
+        delay = 0 if fd is None else _run_delay(fd)
         started.set()
-        while True:
-            epoch = self._epoch
-            asked = perf_counter()
-            await anyio.sleep(interval)
-            now = perf_counter()
-            if epoch != self._epoch or self._paused:
-                continue
-            samples.append(max(0.0, (now - asked - interval) * 1000.0))
-            times.append(now)
-            self._sampled.set()
+        try:
+            while True:
+                epoch = self._epoch
+                asked = perf_counter()
+                await anyio.sleep(interval)
+                now = perf_counter()
+                if fd is not None:
+                    before, delay = delay, _run_delay(fd)
+                if epoch != self._epoch or self._paused:
+                    continue
+                samples.append(max(0.0, (now - asked - interval) * 1000.0))
+                times.append(now)
+                if fd is not None:
+                    waits.append((delay - before) / 1e6)
+                self._sampled.set()
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def stats(self) -> LagStats:
         return LagStats.of(self.samples)

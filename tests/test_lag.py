@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import anyio
 import pytest
@@ -77,3 +82,57 @@ def test_probe_works_under_trio_too() -> None:
 
     stats = anyio.run(main, backend="trio")
     assert stats.max >= 40, stats
+
+
+_CHILD = """
+import json, os, subprocess, sys, anyio
+from monitors import LoopLagProbe
+os.sched_setaffinity(0, {{{cpu}}})
+burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # on the same core
+os.nice(19)  # after the burner started: only this process yields the core when both want it
+async def main():
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(1.0)
+    return probe
+try:
+    probe = anyio.run(main)
+finally:
+    burner.kill()
+print(json.dumps({{"samples": probe.samples, "waits": probe.cpu_waits}}))
+"""
+
+
+@pytest.mark.anyio
+async def test_probe_tells_a_busy_loop_from_a_wait_for_a_core() -> None:
+    """A loop busy for 50 ms shows 50 ms of lag and (nearly) no wait for a core; a loop whose
+    thread shares its one core with a busier process of higher priority waits for it."""
+    assert os.path.exists("/proc/thread-self/schedstat") == (sys.platform == "linux")
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.02)
+        end = time.perf_counter() + 0.05
+        while time.perf_counter() < end:  # busy on the loop's thread: running, not waiting
+            pass
+        await anyio.sleep(0.02)
+    if sys.platform != "linux":
+        assert probe.cpu_waits == []
+        return
+    assert len(probe.cpu_waits) == len(probe.samples)
+    worst = max(range(len(probe.samples)), key=probe.samples.__getitem__)
+    assert probe.samples[worst] >= 45
+    assert probe.cpu_waits[worst] < probe.samples[worst] / 2, (probe.samples, probe.cpu_waits)
+
+    cpu = min(os.sched_getaffinity(0))
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(cpu=cpu)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert out.returncode == 0, out.stderr
+    child = json.loads(out.stdout)
+    lag, waits = sum(child["samples"]), sum(child["waits"])
+    assert len(child["waits"]) == len(child["samples"]) > 20
+    assert lag > 100, child  # ~1 s of sampling, the core mostly the burner's
+    assert waits > lag / 2, (lag, waits)

@@ -150,6 +150,21 @@ def text(report: LoadtestReport) -> str:
         )
         + "."
     )
+    waits = [(r, r.cpu_wait()) for r in report.results]
+    if any(w is not None for _, w in waits):
+        out.append(
+            "Where lag over 5 ms came from (Linux schedstat: time the loop's thread was ready "
+            "but had no core, because more threads wanted one than there are cores; the rest "
+            "is the loop busy, a GIL held elsewhere or a collection): "
+            + "; ".join(
+                f"{r.name} {w['samples']:.0f} samples over 5 ms, {w['share']:.0%} of their lag "
+                f"waiting for a core; worst {w['worst_lag_ms']:.1f} ms, of which "
+                f"{w['worst_wait_ms']:.1f} waiting"
+                for r, w in waits
+                if w is not None
+            )
+            + "."
+        )
     out.append(
         "CPU seconds per GB of JSON delivered (this process / the TracesServer): "
         + "; ".join(

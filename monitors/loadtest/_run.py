@@ -93,6 +93,30 @@ class RunResult:
     error: str | None = None
     lag_samples: list[float] = field(default_factory=list, repr=False)
     lag_times: list[float] = field(default_factory=list, repr=False)
+    #: Per lag sample, the ms the loop's thread was ready but waiting for a core (Linux
+    #: schedstat; empty elsewhere): what share of a stall the machine's cores caused.
+    lag_cpu_waits: list[float] = field(default_factory=list, repr=False)
+
+    def cpu_wait(self, over_ms: float = 5.0) -> dict[str, float] | None:
+        """Of the lag samples over ``over_ms``: how many, what share of their lag the loop's
+        thread spent waiting for a core, and that wait in the worst sample (None where the
+        kernel does not tell)."""
+        if not self.lag_cpu_waits or len(self.lag_cpu_waits) != len(self.lag_samples):
+            return None
+        slow = [
+            (lag, min(wait, lag))
+            for lag, wait in zip(self.lag_samples, self.lag_cpu_waits, strict=True)
+            if lag > over_ms
+        ]
+        worst = max(range(len(self.lag_samples)), key=self.lag_samples.__getitem__)
+        lag_sum = sum(lag for lag, _ in slow)
+        return {
+            "over_ms": over_ms,
+            "samples": len(slow),
+            "share": sum(wait for _, wait in slow) / lag_sum if lag_sum else 0.0,
+            "worst_lag_ms": self.lag_samples[worst],
+            "worst_wait_ms": min(self.lag_cpu_waits[worst], self.lag_samples[worst]),
+        }
 
     @property
     def lost_total(self) -> int:
@@ -143,6 +167,7 @@ class RunResult:
             "streams": dict(self.streams),
             "error": self.error,
             "lag_trace_ms": {"bin_s": LAG_TRACE_BIN, "max": self.lag_trace(LAG_TRACE_BIN)},
+            "lag_cpu_wait": self.cpu_wait(),
         }
 
     def lag_trace(self, bin_s: float = 0.1) -> list[float]:
@@ -441,6 +466,10 @@ class _Driver:
         result.drain = t_end - t_fin
         samples, times = probe.samples, probe.times
         during = [s for s, t in zip(samples, times, strict=True) if t >= self.started]
+        if probe.cpu_waits:
+            result.lag_cpu_waits = [
+                w for w, t in zip(probe.cpu_waits, times, strict=True) if t >= self.started
+            ]
         before = [s for s, t in zip(samples, times, strict=True) if t_start <= t < self.started]
         result.lag = LagStats.of(during)
         result.start_lag_max = max(before, default=0.0)

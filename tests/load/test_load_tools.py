@@ -134,6 +134,10 @@ def test_cli_runs_and_reports_json(capsys: pytest.CaptureFixture[str], tmp_path:
         assert trace["bin_s"] == 0.1
         assert len(trace["max"]) == pytest.approx(r["wall_s"] / 0.1, abs=2)
         assert max(trace["max"]) == pytest.approx(r["lag_ms"]["max"], abs=1e-3)
+        wait = r["lag_cpu_wait"]  # Linux: schedstat says how much of the lag was a core's wait
+        assert wait["worst_lag_ms"] == pytest.approx(r["lag_ms"]["max"])
+        assert 0 <= wait["worst_wait_ms"] <= wait["worst_lag_ms"]
+        assert 0 <= wait["share"] <= 1
 
 
 def test_cli_prints_the_table_and_writes_json_to_a_file(
@@ -145,6 +149,7 @@ def test_cli_prints_the_table_and_writes_json_to_a_file(
     printed = capsys.readouterr().out
     assert printed.startswith("nodewise loadtest: 2 episodes")
     assert "| FileMonitor | - | - | 4 / 4 |" in printed
+    assert "Where lag over 5 ms came from" in printed
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["results"][0]["delivered"] == 4
     assert main([*args, "--json", str(tmp_path / "missing" / "r.json")]) == 2
