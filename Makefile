@@ -67,6 +67,8 @@ docs-data: $(VENV)/.synced
 	$(RUN) docs/record_lag.py
 	$(VENV)/bin/nodewise loadtest --no-progress --json docs/data/loadtest.json > docs/data/loadtest.md.tmp
 	mv docs/data/loadtest.md.tmp docs/data/loadtest.md
+	$(RUN) -m bench.loadtest --skip-full > docs/data/loadtest_big.md.tmp
+	mv docs/data/loadtest_big.md.tmp docs/data/loadtest_big.md
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .hypothesis fuzz/work site site-check

@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in limits(prime, cpu):
         print(line)
     print()
-    print(f"(benchmark wall time {time.perf_counter() - t0:.0f} s; JSON in {RESULTS})")
+    wall = time.perf_counter() - t0
+    print(f"(benchmark wall time {wall:.0f} s; JSON in {RESULTS.relative_to(ROOT)})")
     return 0
 
 

@@ -108,6 +108,7 @@ def test_pages_include_snippets() -> None:
     assert {file for _, file, _ in _snippets()} >= {f"recipes/{name}" for name in RUNS} | {
         "data/file_monitor.md",
         "data/prime_monitor.md",
+        "data/loadtest_big.md",
     }
 
 
