@@ -197,7 +197,7 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="the report as JSON (with each run's lag over time, its worst sample every "
-        "0.1 s): on stdout instead of the table, or into FILE besides it",
+        "0.1 s): on stdout instead of the table, or into FILE beside it",
     )
     p.add_argument(
         "--plot",
