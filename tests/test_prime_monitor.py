@@ -610,3 +610,22 @@ async def test_the_worker_thread_ends_with_finalize(server: TracesServer) -> Non
         assert len(_gzip_threads()) == before + 1
     assert monitor.stats() == DeliveryStats(2, 2, {})
     assert len(_gzip_threads()) == before
+
+
+@pytest.mark.anyio
+async def test_the_worker_gives_up_its_core_after_each_piece(
+    server: TracesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long line is many pieces queued at once: the worker yields its core after each, in
+    its own thread, never on the loop's."""
+    yields: list[str] = []
+    monkeypatch.setattr(
+        _batch, "_SCHED_YIELD", lambda: yields.append(threading.current_thread().name)
+    )
+    episodes = [big(0, 5), big(1, 3)]  # ~8 MB of JSON: at least 7 pieces of 1 MiB
+    async with make(server) as monitor:
+        await monitor.log_episodes(episodes, step=0)
+    assert monitor.stats() == DeliveryStats(2, 2, {})
+    total = sum(len(orjson.dumps(e)) for e in episodes)
+    assert len(yields) >= total // _batch.PIECE_BYTES
+    assert {name.split("_")[0] for name in yields} == {"PrimeMonitor gzip"}

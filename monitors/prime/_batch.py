@@ -23,6 +23,14 @@ chosen by measurement over a pipeline (encoding the next line while the worker c
 So the worker compresses while the loop is idle (serving other tasks and I/O), and
 throughput is bounded by encode + gzip: 1 / (1/encode + 1/gzip).
 
+After each piece the worker gives up its core (``os.sched_yield``). A long line is handed
+over as tens of pieces at once, and the worker then runs for as long as they take; on a
+machine with more runnable threads than cores, the loop's thread, woken meanwhile, often
+waited behind it in the same core's run queue (the load test's schedstat waits). Yielding
+every piece (~3.5 ms of CPU) lets it in: 300 production episodes through a local server, 4
+runs each way, loop lag samples over 5 ms fell from 192-219 to 93-117, lag max from 16-21 to
+12-15.5 ms, at the same throughput.
+
 Closing a batch hands over its last piece, waits for it, and queues the flush and framing
 (a few µs) whose result the upload awaits. A closed batch keeps its compressed pieces, so a
 retry sends exactly the same bytes under the same key.
@@ -31,6 +39,7 @@ retry sends exactly the same bytes under the same key.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -49,6 +58,16 @@ PIECE_BYTES = 1 << 20
 #: Handed-over bytes that may still wait for the worker when the loop moves on to encode the
 #: next line (see the module docstring for why 0).
 AHEAD_BYTES = 0
+
+
+def _yield_core() -> None:
+    """Let a thread waiting for this core run (see the module docstring); a no-op where the
+    platform has no ``sched_yield``."""
+    if _SCHED_YIELD is not None:
+        _SCHED_YIELD()
+
+
+_SCHED_YIELD = getattr(os, "sched_yield", None)
 
 
 @dataclass(frozen=True)
@@ -167,6 +186,7 @@ class BatchBuilder:
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         self._hash.update(data)
         self._keep(self._zip.compress(data))
+        _yield_core()
 
     def _keep(self, out: bytes) -> None:
         if not out:
