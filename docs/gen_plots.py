@@ -28,6 +28,8 @@ matplotlib.use("Agg")  # no display; must come before pyplot is imported
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from monitors.loadtest._report import lag_figure  # the same figure as `nodewise loadtest --plot`
+
 DATA = Path(__file__).resolve().parent / "data"
 
 # One colour per way of encoding, the same on every plot.
@@ -192,49 +194,13 @@ def lag_over_time(trace: dict[str, Any]) -> Figure:
     return fig
 
 
-def loadtest_lag(report: dict[str, Any]) -> Figure:
-    """Loop lag over a ``nodewise loadtest`` run, one panel per monitor: the worst sample of
-    every 0.1 s (the report's ``lag_trace_ms``), against the DESIGN targets."""
-    runs = [r for r in report["results"] if r["lag_trace_ms"]["max"]]
-    fig, axes = plt.subplots(
-        len(runs), 1, figsize=(9, 1.9 * len(runs) + 0.8), sharey=True, layout="constrained"
-    )
-    top = max(max(r["lag_trace_ms"]["max"]) for r in runs)
-    for ax, r in zip(axes if len(runs) > 1 else [axes], runs, strict=True):
-        trace = r["lag_trace_ms"]
-        xs = [i * trace["bin_s"] for i in range(len(trace["max"]))]
-        ax.fill_between(xs, trace["max"], step="post", color="#08306b", linewidth=0)
-        ax.axhline(5.0, color="#ff7f0e", linewidth=0.8, linestyle="--", label="p99 target 5 ms")
-        ax.axhline(15.0, color="#d62728", linewidth=0.8, linestyle="--", label="max target 15 ms")
-        lag = r["lag_ms"]
-        ax.set_title(
-            f"{r['name']}: {r['delivered']} / {r['submitted']} delivered, lag p99 "
-            f"{lag['p99']:.1f} ms, max {lag['max']:.1f} ms, {r['mb_per_s']:.0f} MB/s",
-            fontsize=9,
-            loc="left",
-        )
-        ax.set_ylabel("lag (ms)")
-        ax.set_yscale("symlog", linthresh=1.0)
-        ax.set_ylim(0, max(20.0, top * 1.3))
-        ax.grid(axis="y", alpha=0.3)
-    (axes[-1] if len(runs) > 1 else axes).set_xlabel("seconds since the first log call")
-    (axes[0] if len(runs) > 1 else axes).legend(loc="upper right", fontsize=8)
-    c = report["config"]
-    fig.suptitle(
-        f"nodewise loadtest: {c['episodes']} episodes, {report['episode_json_bytes'] / 1e9:.1f} GB "
-        f"of JSON{', each logged twice' if c['effective'] else ''}; worst loop lag in each 0.1 s",
-        fontsize=10,
-    )
-    return fig
-
-
 #: Image name -> (input file, how to draw it).
 PLOTS: dict[str, tuple[str, Callable[[Any], Figure]]] = {
     "throughput.png": ("encoder.json", throughput),
     "lag.png": ("encoder.json", lag),
     "budget_sweep.png": ("encoder.json", budget_sweep),
     "lag_over_time.png": ("lag_trace.json", lag_over_time),
-    "loadtest_lag.png": ("loadtest.json", loadtest_lag),
+    "loadtest_lag.png": ("loadtest.json", lag_figure),
 }
 
 

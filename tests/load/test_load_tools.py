@@ -144,9 +144,22 @@ def test_cli_prints_the_table_and_writes_json_to_a_file(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     args = ["--monitors", "file", "--episodes", "2", "--size", "100kB", "--no-progress"]
-    code = main([*args, "--out", str(tmp_path / "out"), "--json", str(tmp_path / "r.json")])
+    png = tmp_path / "lag.png"
+    code = main(
+        [
+            *args,
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+            str(tmp_path / "r.json"),
+            "--plot",
+            str(png),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
+    assert f"loop lag over time: {png}" in printed
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert printed.startswith("nodewise loadtest: 2 episodes")
     assert "| FileMonitor | - | - | 4 / 4 |" in printed
     assert "Where lag over 5 ms came from" in printed
