@@ -15,7 +15,7 @@ import encoder
 
 from .base import DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import TraceWriteError
-from .records import Kind, Subset, build_record, check_kind
+from .records import Kind, Subset, build_record, check_kind, line_option
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
 
 __all__ = ["FileMonitor"]
@@ -86,6 +86,7 @@ class FileMonitor(Monitor):
         self.root = Path(root)
         self.chunk_bytes = chunk_bytes
         self.option = option
+        line_option(option)  # refuse an option no JSON Lines record can take, now
         self.default = default
         self.fsync = fsync
         self._ledger = Ledger()

@@ -5,7 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["KINDS", "SUBSETS", "Kind", "Subset", "SupportsToRecord", "build_record", "check_kind"]
+import encoder
+
+__all__ = [
+    "KINDS",
+    "SUBSETS",
+    "Kind",
+    "Subset",
+    "SupportsToRecord",
+    "build_record",
+    "check_kind",
+    "line_option",
+]
 
 Kind = Literal["train", "eval"]
 Subset = Literal["all", "effective"]
@@ -38,3 +49,12 @@ def check_kind(kind: str, subset: str) -> None:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     if subset not in SUBSETS:
         raise ValueError(f"subset must be one of {SUBSETS}, not {subset!r}")
+
+
+def line_option(option: int) -> int:
+    """``option`` for one JSON Lines record: with ``OPT_APPEND_NEWLINE``, and refused if it
+    asks for ``OPT_INDENT_2`` (an indented record spans lines, and the stream would no longer
+    be one record per line)."""
+    if option & encoder.OPT_INDENT_2:
+        raise ValueError("option=OPT_INDENT_2 is refused: a JSON Lines record is one line")
+    return option | encoder.OPT_APPEND_NEWLINE

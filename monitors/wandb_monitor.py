@@ -21,7 +21,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from .base import DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import MonitorError
 from .file import write_episodes
-from .records import Kind, Subset, check_kind
+from .records import Kind, Subset, check_kind, line_option
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
 from .traces._layout import INDEX_NAME, chunk_path, list_chunks
 
@@ -125,6 +125,7 @@ class WandbMonitor(Monitor):
         self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
         self.chunk_bytes = chunk_bytes
         self.option = option
+        line_option(option)  # refuse an option no JSON Lines record can take, now
         self.default = default
         self.fsync = fsync
         self.metrics_queue = metrics_queue

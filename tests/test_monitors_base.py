@@ -248,3 +248,34 @@ async def test_fan_out_to_every_real_monitor(
     assert [r["id"] for r in read_records(files.stream_dir("train", "effective"))] == list(
         range(20)
     )
+
+
+def test_every_jsonl_writer_refuses_an_indent(tmp_path: Path) -> None:
+    """An indented record would span lines: each monitor (and the trace writer) says so when
+    built, rather than writing a stream no reader can split."""
+    import encoder
+    from monitors import PrimeMonitor, WandbMonitor
+    from monitors.traces import TraceWriter
+
+    option = encoder.OPT_INDENT_2 | encoder.OPT_SORT_KEYS
+    builders = {
+        "file": lambda: FileMonitor(tmp_path, option=option),
+        "prime": lambda: PrimeMonitor(api_key="k", option=option),
+        "wandb": lambda: WandbMonitor(project="p", option=option),
+        "writer": lambda: TraceWriter(tmp_path / "stream", option=option),
+    }
+    for name, build in builders.items():
+        with pytest.raises(ValueError, match="OPT_INDENT_2") as caught:
+            build()
+        assert "one line" in str(caught.value), name
+    assert not (tmp_path / "stream").exists()  # refused before anything was written
+
+
+@pytest.mark.anyio
+async def test_other_options_reach_the_records(tmp_path: Path) -> None:
+    import encoder
+
+    async with FileMonitor(tmp_path, option=encoder.OPT_SORT_KEYS) as monitor:
+        await monitor.log_episodes([{"b": 1, "a": {"d": 2, "c": 3}}], step=0)
+    chunk = tmp_path / "traces" / "train" / "effective" / "00000.jsonl"
+    assert chunk.read_bytes() == b'{"a":{"c":3,"d":2},"b":1}\n'

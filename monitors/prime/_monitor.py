@@ -17,7 +17,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 import encoder
 
 from ..base import DeliveryStats, Ledger, Monitor, finite_metrics
-from ..records import Kind, Subset, build_record, check_kind
+from ..records import Kind, Subset, build_record, check_kind, line_option
 from ._batch import Batch, BatchBuilder
 from ._client import Client
 from ._config import MAX_BATCH_LINES, MAX_LINE_BYTES, PrimeConfig, Secret
@@ -127,7 +127,7 @@ class PrimeMonitor(Monitor):
         if metrics_queue < 1:
             raise ValueError(f"metrics_queue must be a positive integer, not {metrics_queue!r}")
         self.metrics_queue = metrics_queue
-        self.option = option | encoder.OPT_APPEND_NEWLINE
+        self.option = line_option(option)
         self.default = default
         self.config: PrimeConfig | None = None
         self._ledger = Ledger()

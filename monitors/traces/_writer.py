@@ -16,6 +16,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 import encoder
 
 from ..errors import TraceWriteError
+from ..records import line_option
 from ._layout import INDEX_NAME, ROW_BYTES, IndexRow, chunk_path, encode_row
 from ._recovery import Recovery, recover
 
@@ -87,7 +88,7 @@ class TraceWriter:
             raise ValueError(f"chunk_bytes must be positive, not {chunk_bytes!r}")
         self.directory = Path(directory)
         self.chunk_bytes = chunk_bytes
-        self.option = option | encoder.OPT_APPEND_NEWLINE
+        self.option = line_option(option)
         self.default = default
         self.budget = budget
         self.fsync = fsync
