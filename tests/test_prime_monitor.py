@@ -161,6 +161,54 @@ async def test_request_headers_and_body(server: TracesServer) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("size", [100, 3 << 20], ids=["many-lines", "one-line"])
+async def test_a_batch_repeating_earlier_lines_gets_a_key_of_its_own(
+    server: TracesServer, size: int
+) -> None:
+    # As an orchestrator logs: every episode under "all", then the same ones as "effective"
+    # (and, to be sure, once more): batches of the same lines, whose sha256 is the same.
+    episodes = [small(i, size) for i in range(6)]
+    async with make(server, batch_bytes=4 << 20) as monitor:
+        for subset in ("all", "effective", "effective"):
+            await monitor.log_episodes(episodes, step=1, subset=subset)  # type: ignore[arg-type]
+            await anyio.sleep(0.2)  # each call its own batches
+    assert monitor.stats() == DeliveryStats(18, 18, {})
+    served = await server.astats()
+    assert served["replays"] == 0, served
+    assert served["lines_stored"] == 18, served
+    requests = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
+    keys = [r["idempotency_key"] for r in requests]
+    assert len(set(keys)) == len(keys) == 3 * (1 if size == 100 else 6)
+    assert all(r["idempotency_key"] == r["computed_key"] for r in requests)
+    subsets = [r["metadata"]["context"]["subset"] for r in requests]
+    assert subsets.count("all") * 2 == subsets.count("effective")
+    # Every stored line is still exactly the record's JSON, spaces after it at most.
+    lines = await server.alines()
+    assert sorted(orjson.loads(line)["id"] for line in lines) == sorted(list(range(6)) * 3)
+    assert {line.rstrip(b" ") for line in lines} == {orjson.dumps(e) for e in episodes}
+    assert sorted(len(line) - len(line.rstrip(b" ")) for line in lines) == sorted(
+        [0] * 16 + [1, 2] if size == 100 else [0] * 6 + [1] * 6 + [2] * 6
+    )
+
+
+def test_keys_are_never_reused_and_forget_the_oldest() -> None:
+    import hashlib
+
+    keys = _batch.Keys(remember=2)
+    lines = hashlib.sha256(b'{"id":1}')
+
+    def claim() -> tuple[str, bytes]:
+        key, ending = keys.claim(lines)
+        assert key == "sha256:" + hashlib.sha256(b'{"id":1}' + ending).hexdigest()
+        return key, ending
+
+    assert [claim()[1] for _ in range(3)] == [b"\n", b" \n", b"  \n"]
+    assert keys.repeats == 2
+    # Only the last two are remembered: the first ending is free again.
+    assert claim()[1] == b"\n"
+
+
+@pytest.mark.anyio
 async def test_settings_from_the_environment(
     server: TracesServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,13 +34,21 @@ runs each way, loop lag samples over 5 ms fell from 192-219 to 93-117, lag max f
 Closing a batch hands over its last piece, waits for it, and queues the flush and framing
 (a few µs) whose result the upload awaits. A closed batch keeps its compressed pieces, so a
 retry sends exactly the same bytes under the same key.
+
+Only a retry may reuse a key. The key is the hash of the lines, so a batch that repeats an
+earlier one's lines (a step's "effective" episodes logged after the same "all" episodes)
+would have its key, and the service would answer it as a replay of the first: committed,
+but stored once, under the first upload's context. So the newline that ends a batch's last
+line is held back until the batch closes, and ``Keys`` picks the ending: ``"\n"``, or, for a
+repeat, the fewest spaces before it that give a key this monitor has not used (a space
+after a JSON value is still the same JSON value).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections import deque
+from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +59,7 @@ from ._body import Body, frame, new_boundary
 from ._gzip import Backend, compressor
 from ._worker import Worker, result
 
-__all__ = ["AHEAD_BYTES", "PIECE_BYTES", "Batch", "BatchBuilder"]
+__all__ = ["AHEAD_BYTES", "PIECE_BYTES", "Batch", "BatchBuilder", "Keys"]
 
 #: Encoded bytes handed to the worker thread in one job.
 PIECE_BYTES = 1 << 20
@@ -70,15 +78,46 @@ def _yield_core() -> None:
 _SCHED_YIELD = getattr(os, "sched_yield", None)
 
 
+class Keys:
+    """The Idempotency-Keys a monitor has given its batches, the latest ``remember`` of them,
+    so that no two uploads share one (see the module docstring). Used only in the worker
+    thread, where batches close one at a time."""
+
+    def __init__(self, *, remember: int = 1 << 16) -> None:
+        self.remember = remember
+        self.repeats = 0  # batches whose lines repeated an earlier batch's
+        self._used: OrderedDict[str, None] = OrderedDict()
+
+    def claim(self, lines: hashlib._Hash) -> tuple[str, bytes]:
+        """The key and the ending (spaces, then ``"\n"``) for a batch whose lines hash to
+        ``lines`` (a sha256 object, fed everything but that ending)."""
+        spaces = 0
+        while True:
+            ending = b" " * spaces + b"\n"
+            digest = lines.copy()
+            digest.update(ending)
+            key = "sha256:" + digest.hexdigest()
+            if key not in self._used:
+                break
+            spaces += 1
+        self.repeats += spaces > 0
+        self._used[key] = None
+        if len(self._used) > self.remember:
+            self._used.popitem(last=False)
+        return key, ending
+
+
 @dataclass(frozen=True)
 class Batch:
-    """A closed batch, ready to upload (and to upload again, byte for byte)."""
+    """A closed batch, ready to upload (and to upload again, byte for byte). ``spaces``:
+    how many spaces end its last line, to keep its key distinct (0 but for a repeat)."""
 
     body: Body
     key: str
     records: int
     uncompressed_bytes: int
     compressed_bytes: int
+    spaces: int = 0
 
 
 class BatchBuilder:
@@ -89,6 +128,7 @@ class BatchBuilder:
         self,
         *,
         worker: Worker,
+        keys: Keys,
         gzip_level: int,
         kind: str,
         subset: str,
@@ -101,6 +141,7 @@ class BatchBuilder:
         self.first_step: int | None = None
         self.last_step: int | None = None
         self._worker = worker
+        self._keys = keys
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._jobs: deque[tuple[Future[None], int]] = deque()  # handed over, with their bytes
@@ -121,9 +162,13 @@ class BatchBuilder:
         return self.records < batch_lines and self.size + length <= batch_bytes
 
     async def add(self, chunks: list[bytes], length: int, *, step: int) -> None:
-        """Add one complete line (its encoded chunks, ``length`` bytes in all): hand its
-        pieces over, then wait until at most ``AHEAD_BYTES`` wait for the worker."""
+        """Add one complete line (its encoded chunks, ``length`` bytes in all, the last
+        ending in ``"\n"``): hand its pieces over, then wait until at most ``AHEAD_BYTES``
+        wait for the worker. The line's newline is held back until the next line or close."""
         assert not self._closed, "add after close"
+        assert chunks[-1].endswith(b"\n"), "a line ends with a newline"
+        # The previous line's newline first; this line's own is held back.
+        chunks = [b"\n"] * (self.records > 0) + [*chunks[:-1], chunks[-1][:-1]]
         self.size += length
         self.records += 1
         if self.first_step is None:
@@ -199,13 +244,16 @@ class BatchBuilder:
         self._compressed.append(out)
 
     def _finish(self, metadata: bytes) -> Batch:
+        key, ending = self._keys.claim(self._hash)
+        self._keep(self._zip.compress(ending))
         self._keep(self._zip.flush())
         compressed, self._compressed = self._compressed, []
         body = frame(metadata, compressed, boundary=self._boundary, checked=not self._clash)
         return Batch(
             body=body,
-            key="sha256:" + self._hash.hexdigest(),
+            key=key,
             records=self.records,
-            uncompressed_bytes=self.size,
+            uncompressed_bytes=self.size + len(ending) - 1,
             compressed_bytes=sum(map(len, compressed)),
+            spaces=len(ending) - 1,
         )

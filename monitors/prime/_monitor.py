@@ -18,7 +18,7 @@ import encoder
 
 from ..base import DeliveryStats, Ledger, Monitor, finite_metrics
 from ..records import Kind, Subset, build_record, check_kind, line_option
-from ._batch import Batch, BatchBuilder
+from ._batch import Batch, BatchBuilder, Keys
 from ._client import Client
 from ._config import MAX_BATCH_LINES, MAX_LINE_BYTES, PrimeConfig, Secret
 from ._worker import Worker, result
@@ -180,6 +180,7 @@ class PrimeMonitor(Monitor):
         self._session = session
         self._client = Client(config, session)
         self._worker = Worker(name="PrimeMonitor gzip")
+        self._keys = Keys()
         self._send, self._receive = anyio.create_memory_object_stream[_Item](config.queue_records)
         self._metrics_send, self._metrics_receive = anyio.create_memory_object_stream[bytes](
             self.metrics_queue
@@ -398,7 +399,11 @@ class PrimeMonitor(Monitor):
                 await slots.acquire()  # at most max_in_flight batches exist at once
                 assert self._worker is not None
                 builder = BatchBuilder(
-                    worker=self._worker, gzip_level=config.gzip_level, kind=kind, subset=subset
+                    worker=self._worker,
+                    keys=self._keys,
+                    gzip_level=config.gzip_level,
+                    kind=kind,
+                    subset=subset,
                 )
             await builder.add(chunks, length, step=step)
         if builder is not None:
@@ -463,6 +468,13 @@ class PrimeMonitor(Monitor):
         try:
             batch = await result(closing)
             what = f"traces batch {batch.key[7:19]} ({records} records)"
+            if batch.spaces:
+                log.debug(
+                    "Prime monitor: %s repeats an earlier batch's lines; its last line ends "
+                    "in %d space(s) so that its key is its own",
+                    what,
+                    batch.spaces,
+                )
             headers = {
                 "Content-Type": batch.body.content_type,
                 "Idempotency-Key": batch.key,
