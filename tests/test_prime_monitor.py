@@ -191,6 +191,23 @@ async def test_a_batch_repeating_earlier_lines_gets_a_key_of_its_own(
     )
 
 
+@pytest.mark.anyio
+async def test_a_repeat_of_a_full_batch_stays_within_the_limit() -> None:
+    # Two lines that fill a batch to the byte: their repeat needs a space more, and a server
+    # that holds batches to the limit would refuse it (413) unless the batch left room.
+    limit = 20_000
+    episodes = [{"id": i, "text": "x" * (limit // 2 - 19)} for i in range(2)]
+    assert sum(len(orjson.dumps(e)) + 1 for e in episodes) == limit
+    with TracesServer(api_key=KEY, max_batch_bytes=limit) as server:
+        async with make(server, batch_bytes=limit) as monitor:
+            for subset in ("all", "effective"):
+                await monitor.log_episodes(episodes, step=1, subset=subset)  # type: ignore[arg-type]
+                await anyio.sleep(0.2)
+        assert monitor.stats() == DeliveryStats(4, 4, {})
+        served = await server.astats()
+    assert (served["lines_stored"], served["replays"]) == (4, 0), served
+
+
 def test_keys_are_never_reused_and_forget_the_oldest() -> None:
     import hashlib
 

@@ -41,7 +41,8 @@ would have its key, and the service would answer it as a replay of the first: co
 but stored once, under the first upload's context. So the newline that ends a batch's last
 line is held back until the batch closes, and ``Keys`` picks the ending: ``"\n"``, or, for a
 repeat, the fewest spaces before it that give a key this monitor has not used (a space
-after a JSON value is still the same JSON value).
+after a JSON value is still the same JSON value). A batch of several lines keeps room for
+``ENDING_ROOM`` spaces, so that a repeat stays within the service's batch limit.
 """
 
 from __future__ import annotations
@@ -59,13 +60,16 @@ from ._body import Body, frame, new_boundary
 from ._gzip import Backend, compressor
 from ._worker import Worker, result
 
-__all__ = ["AHEAD_BYTES", "PIECE_BYTES", "Batch", "BatchBuilder", "Keys"]
+__all__ = ["AHEAD_BYTES", "ENDING_ROOM", "PIECE_BYTES", "Batch", "BatchBuilder", "Keys"]
 
 #: Encoded bytes handed to the worker thread in one job.
 PIECE_BYTES = 1 << 20
 #: Handed-over bytes that may still wait for the worker when the loop moves on to encode the
 #: next line (see the module docstring for why 0).
 AHEAD_BYTES = 0
+#: Bytes a batch of several lines leaves free below ``batch_bytes`` for the spaces that give
+#: a repeated batch its own key (one per earlier batch of the same lines).
+ENDING_ROOM = 16
 
 
 def _yield_core() -> None:
@@ -159,7 +163,7 @@ class BatchBuilder:
         """Whether a line of ``length`` bytes may join (an empty batch takes any line)."""
         if self.records == 0:
             return True
-        return self.records < batch_lines and self.size + length <= batch_bytes
+        return self.records < batch_lines and self.size + length + ENDING_ROOM <= batch_bytes
 
     async def add(self, chunks: list[bytes], length: int, *, step: int) -> None:
         """Add one complete line (its encoded chunks, ``length`` bytes in all, the last
