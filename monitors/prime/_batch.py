@@ -89,7 +89,6 @@ class Keys:
 
     def __init__(self, *, remember: int = 1 << 16) -> None:
         self.remember = remember
-        self.repeats = 0  # batches whose lines repeated an earlier batch's
         self._used: OrderedDict[str, None] = OrderedDict()
 
     def claim(self, lines: hashlib._Hash) -> tuple[str, bytes]:
@@ -104,7 +103,6 @@ class Keys:
             if key not in self._used:
                 break
             spaces += 1
-        self.repeats += spaces > 0
         self._used[key] = None
         if len(self._used) > self.remember:
             self._used.popitem(last=False)
