@@ -617,9 +617,13 @@ def drain(
 
 
 def check_chunks(chunks: list[bytes], chunk_size: int) -> None:
-    for chunk in chunks:
+    """Each chunk is bytes, non-empty and at most ``chunk_size``; all but the last are at
+    least half full (no storm of tiny writes)."""
+    for i, chunk in enumerate(chunks):
         assert type(chunk) is bytes
         assert 1 <= len(chunk) <= chunk_size, (len(chunk), chunk_size)
+        if i < len(chunks) - 1:
+            assert 2 * len(chunk) >= chunk_size, (i, len(chunk), chunk_size)
 
 
 def orjson_or_error(obj: Any, **kwargs: Any) -> tuple[bytes | None, orjson.JSONEncodeError | None]:

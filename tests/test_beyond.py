@@ -305,6 +305,58 @@ def test_chunks_are_non_empty_and_bounded(value: Any, option: int, chunk_size: i
     assert b"".join(achunks) == expected
 
 
+@given(
+    sizes=st.lists(st.integers(0, 300), max_size=40),
+    views=st.lists(st.booleans(), min_size=40, max_size=40),
+    chunk_size=st.integers(1, 100),
+)
+def test_chunker_joins_small_pieces_and_passes_big_ones_on(
+    sizes: list[int], views: list[bool], chunk_size: int
+) -> None:
+    from encoder._chunks import Chunker
+
+    chunker = Chunker(chunk_size)
+    pieces: list[bytes | memoryview] = []
+    chunks: list[bytes] = []
+    for i, (n, view) in enumerate(zip(sizes, views, strict=False)):
+        data = bytes([65 + i % 26]) * n
+        piece: bytes | memoryview = memoryview(b"<" + data + b">")[1:-1] if view else data
+        pieces.append(piece)
+        waiting = chunker.pending_bytes
+        out = chunker.add(piece)
+        if out is not None:
+            assert out
+            chunks += out
+        # A bytes piece that fills half a chunk alone, with nothing waiting, is no copy.
+        if not view and not waiting and chunk_size / 2 <= n <= chunk_size:
+            assert out is not None
+            assert len(out) == 1
+            assert out[0] is piece
+    last = chunker.flush()
+    if last is not None:
+        chunks.append(last)
+    check_chunks(chunks, chunk_size)
+    assert b"".join(chunks) == b"".join(pieces)
+
+
+def test_chunker_hands_on_a_half_full_piece_without_a_copy() -> None:
+    from encoder._chunks import Chunker
+
+    chunker = Chunker(100)
+    big = b"a" * 60
+    assert chunker.add(big) == [big]
+    assert chunker.add(big)[0] is big
+    assert chunker.add(b"b" * 10) is None  # under half: it waits
+    assert chunker.add(b"c" * 45) == [b"b" * 10 + b"c" * 45]
+    view = memoryview(b"<" + b"d" * 70 + b">")[1:-1]
+    (chunk,) = chunker.add(view)
+    assert type(chunk) is bytes
+    assert chunk == b"d" * 70
+    assert chunker.add(b"e" * 250) == [b"e" * 100, b"e" * 100]
+    assert chunker.flush() == b"e" * 50
+    assert chunker.flush() is None
+
+
 # -- cost of the walk ---------------------------------------------------------------------------
 
 
