@@ -55,7 +55,8 @@ async def aiterencode(
     iterables: bool = False,
     float_decimals: int | None = None,
 ) -> AsyncGenerator[bytes, None]:
-    """The JSON of ``obj`` as chunks, yielding to the event loop every ``budget`` seconds.
+    """The JSON of ``obj`` as chunks (as ``iterencode`` cuts them), yielding to the event
+    loop every ``budget`` seconds.
 
     Output equals ``orjson.dumps(obj, option=option, default=default)``. With ``iterables``,
     async iterables are encoded as arrays too. A dict or list that changes size while it is

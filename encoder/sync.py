@@ -56,7 +56,8 @@ def iterencode(
     iterables: bool = False,
     float_decimals: int | None = None,
 ) -> Iterator[bytes]:
-    """The JSON of ``obj`` as non-empty chunks of at most ``chunk_size`` bytes.
+    """The JSON of ``obj`` as non-empty chunks of at most ``chunk_size`` bytes, all but the
+    last at least half full.
 
     Each ``next()`` does bounded work (about one chunk's worth), so a caller may interleave
     other work between chunks. Options and errors are as for ``encode``; on ``EncodeError``
