@@ -133,7 +133,14 @@ def text(report: LoadtestReport) -> str:
         f"The idle loop's own lag here ({report.idle_lag.count} samples before the runs): p50 "
         f"{report.idle_lag.p50:.2f} ms, p99 {report.idle_lag.p99:.2f} ms, max "
         f"{report.idle_lag.max:.2f} ms. {report.machine.get('cpus')} CPUs, Python "
-        f"{report.machine.get('python')}; {report.seconds:.0f} s in all.",
+        f"{report.machine.get('python')}; {report.seconds:.0f} s in all."
+        + (
+            " Each run's trace files were removed before the next run (the disk could not hold"
+            " them all): on a VM that hands freed memory back to its host, the next run's first"
+            " seconds can stall."
+            if report.removed_between_runs
+            else ""
+        ),
     ]
     out.append(
         "Garbage collector during each run (its pauses stall the loop too; "

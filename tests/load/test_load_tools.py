@@ -236,3 +236,55 @@ def test_start_up_heap_is_frozen_only_while_logging(
 def test_cli_turns_the_freeze_off() -> None:
     assert parser().parse_args([]).no_gc_freeze is False
     assert parser().parse_args(["--no-gc-freeze"]).no_gc_freeze is True
+
+
+def test_temporary_files_stay_until_the_end_where_the_disk_holds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Removing one run's GBs before the next frees that much memory at once, which the VM
+    then takes back: kept until the end where they all fit, removed run by run where not."""
+    import shutil
+    from collections import namedtuple
+
+    from monitors.loadtest import NotEnoughDiskError
+    from monitors.loadtest._run import check_disk, disk_needed
+
+    config = LoadtestConfig(monitors=("file", "prime", "wandb"), episodes=10)
+    json_bytes = 10 * 2_000_000
+    one = disk_needed(config, json_bytes)
+    usage = namedtuple("usage", "total used free")
+
+    def free(n: int) -> None:
+        monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(0, 0, n))
+
+    free(2 * one)  # both file-writing runs at once
+    assert check_disk(config, json_bytes, tmp_path) is True
+    free(2 * one - 1)  # one at a time only
+    assert check_disk(config, json_bytes, tmp_path) is False
+    free(one - 1)
+    with pytest.raises(NotEnoughDiskError):
+        check_disk(config, json_bytes, tmp_path)
+    kept = LoadtestConfig(monitors=("file", "wandb"), episodes=10, out=tmp_path)
+    free(2 * one - 1)  # --out keeps every run's files: all must fit
+    with pytest.raises(NotEnoughDiskError):
+        check_disk(kept, json_bytes, tmp_path)
+
+
+@pytest.mark.parametrize("room", ["all", "one"])
+def test_the_report_says_whether_files_went_between_runs(
+    room: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import monitors.loadtest._run as run_module
+
+    monkeypatch.setattr(run_module, "check_disk", lambda *_: room == "all")
+    removed: list[str] = []
+    real_remove = run_module._remove
+    monkeypatch.setattr(run_module, "_remove", lambda p: (removed.append(p.name), real_remove(p)))
+    config = LoadtestConfig(monitors=("file",), episodes=4, size=200_000, progress=False)
+    report = anyio.run(run_loadtest, config)
+    assert report.removed_between_runs is (room == "one")
+    assert report.to_dict()["removed_between_runs"] is (room == "one")
+    # The run's own directory went after it only when the disk could not hold them all;
+    # the temporary root always goes at the end.
+    assert removed[:-1] == ([] if room == "all" else ["file"])
+    assert removed[-1].startswith("nodewise-loadtest-")
