@@ -62,7 +62,7 @@ docs-data: $(VENV)/.synced
 	mv docs/data/encoder.md.tmp docs/data/encoder.md
 	$(RUN) -m bench.file_monitor --quick > docs/data/file_monitor.md.tmp
 	mv docs/data/file_monitor.md.tmp docs/data/file_monitor.md
-	$(RUN) -m bench.prime_monitor --quick > docs/data/prime_monitor.md.tmp
+	$(RUN) -m bench.prime_monitor > docs/data/prime_monitor.md.tmp
 	mv docs/data/prime_monitor.md.tmp docs/data/prime_monitor.md
 	$(RUN) docs/record_lag.py
 	$(VENV)/bin/nodewise loadtest --no-progress --json docs/data/loadtest.json > docs/data/loadtest.md.tmp
