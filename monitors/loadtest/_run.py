@@ -284,12 +284,12 @@ def check_disk(config: LoadtestConfig, json_bytes: int, root: Path) -> bool:
 
     Kept (--out), every run's files stay. In a temporary directory they are kept until the
     end too where the disk holds them all: removing many GB frees that much page cache, and
-    on a VM that hands free memory back to its host (Firecracker's free page reporting here),
-    the next run then pays for memory its host must back again. Measured at 1,000 episodes
-    with the Prime run right after the file run's 17 GB were removed: bursts of ~30 ms loop
-    stalls once per step for its first ~20 s (lag max 43-52 ms), none with the files kept
-    (max 14 ms) or with the Prime run alone (max 14 ms); touching fresh memory after freeing
-    12 GB took 1.9 s a GB, against 0.5 s steady.
+    on a VM that hands free memory back to its host (most likely what this Firecracker VM,
+    with virtio_balloon, does), the next run pays for memory the host must back again.
+    Measured at 1,000 episodes with the Prime run right after the file run's 17 GB were
+    removed: bursts of ~30 ms loop stalls once per step for its first ~20 s (lag max 43-52
+    ms), none with the files kept (max 14 ms) or with the Prime run alone (max 14 ms);
+    touching fresh memory after freeing 12 GB took 1.9 s a GB, against 0.5 s steady.
     """
     runs = [r for r in config.runs() if r in _WRITES_FILES]
     if not runs:
