@@ -29,7 +29,25 @@ add_items(State *s, PyObject **items, Py_ssize_t n, int depth)
     if (s->total > s->limit) {
         return 1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t i = 0;
+    /* A run of numbers (token ids, logprobs) in a tight loop rather than a call each: most
+     * elements of an episode are such numbers. */
+    for (; i < n; i++) {
+        PyTypeObject *t = Py_TYPE(items[i]);
+        if (t == &PyFloat_Type) {
+            s->total += 20;
+        }
+        else if (t == &PyLong_Type) {
+            s->total += 8;
+        }
+        else {
+            break;
+        }
+        if (s->total > s->limit) {
+            return 1;
+        }
+    }
+    for (; i < n; i++) {
         if (add(s, items[i], depth)) {
             return 1;
         }

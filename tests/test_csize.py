@@ -115,6 +115,23 @@ def test_size_stops_at_the_limit_without_looking_further() -> None:
     # Past the limit before the bytes object: "too big", not "must be walked".
     assert 100 < csize.size(["x" * 200, b"bytes"], 100, ()) < BIG
     assert csize.size([b"bytes", "x" * 200], 100, ()) == BIG
+    # The same inside a long run of numbers (read in a loop of its own).
+    assert 100 < csize.size([[1] * 10_000 + [b"bytes"]], 100, ()) < BIG
+    assert 100 < csize.size([[2.5, 1] * 5_000, b"bytes"], 100, ()) < BIG
+
+
+@needs_csize
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([[1, 2.5, True, None, "ab"]], 2 + 5 + 8 + 20 + 5 + 5 + 4),
+        ([[1, 2, b"bytes", 3]], BIG),
+        ([[1.5, [2, [3.5]]]], 2 + 2 + 20 + 2 + 2 + 8 + 2 + 1 + 20),
+    ],
+)
+def test_a_run_of_numbers_ends_at_the_first_other_value(values: Any, expected: int) -> None:
+    assert csize is not None
+    assert csize.size(values, BIG, ()) == expected == sum(reference(v, ()) for v in values)
 
 
 @needs_csize
