@@ -47,7 +47,7 @@ class Config:
     runs: int  # timed runs per cell
     slow_runs: int  # json / json iter on documents of BIG or more
     lag_runs: int  # probe sessions per document
-    lag_batch_bytes: int  # a session encodes fresh copies of a small document up to this
+    batch_bytes: int  # a run or session encodes fresh copies of a small document up to this
     mix_episodes: int
     sweep_runs: int
     idle_seconds: float  # measured twice: at the start and at the end
@@ -57,7 +57,7 @@ FULL = Config(
     runs=5,
     slow_runs=3,
     lag_runs=5,
-    lag_batch_bytes=16 * MB,
+    batch_bytes=16 * MB,
     mix_episodes=20,
     sweep_runs=3,
     idle_seconds=2.0,
@@ -66,7 +66,7 @@ QUICK = Config(
     runs=3,
     slow_runs=1,
     lag_runs=2,
-    lag_batch_bytes=4 * MB,
+    batch_bytes=4 * MB,
     mix_episodes=6,
     sweep_runs=2,
     idle_seconds=1.0,
@@ -103,30 +103,33 @@ def _iter(v: Any) -> object:
     return list(encoder.iterencode(v))
 
 
-def _timed(fn: Callable[[Any], object]) -> Callable[[Any], float]:
-    def run(v: Any) -> float:
+def _timed(fn: Callable[[Any], object]) -> Callable[[Sequence[Any]], float]:
+    def run(values: Sequence[Any]) -> float:
         gc.collect()
         t0 = time.perf_counter()
-        fn(v)
+        for v in values:
+            fn(v)
         return time.perf_counter() - t0
 
     return run
 
 
-async def _aiter_timed(v: Any, budget: float) -> float:
-    chunks: list[bytes] = []
+async def _aiter_timed(values: Sequence[Any], budget: float) -> float:
     t0 = time.perf_counter()
-    async for chunk in encoder.aiterencode(v, budget=budget):
-        chunks.append(chunk)
+    for v in values:
+        chunks: list[bytes] = []
+        async for chunk in encoder.aiterencode(v, budget=budget):
+            chunks.append(chunk)
+        del chunks
     return time.perf_counter() - t0
 
 
-def _aiter(v: Any, budget: float = encoder.DEFAULT_BUDGET) -> float:
+def _aiter(values: Sequence[Any], budget: float = encoder.DEFAULT_BUDGET) -> float:
     gc.collect()
-    return asyncio.run(_aiter_timed(v, budget))
+    return asyncio.run(_aiter_timed(values, budget))
 
 
-ENCODERS: dict[str, Callable[[Any], float]] = {
+ENCODERS: dict[str, Callable[[Sequence[Any]], float]] = {
     "orjson": _timed(_orjson),
     "msgspec": _timed(_msgspec),
     "json": _timed(_json),
@@ -143,8 +146,8 @@ def warm_up() -> None:
     """First calls import and cache things (anyio's asyncio backend: ~70 ms): not timed."""
     tiny = {"a": ["\u00e9" * 10, 1.5, list(range(5000))], "b": "x" * 100_000}
     for run in ENCODERS.values():
-        run(tiny)
-    _aiter(tiny, budget=1e-9)  # a checkpoint after every piece
+        run([tiny])
+    _aiter([tiny], budget=1e-9)  # a checkpoint after every piece
 
 
 # -- measurements ---------------------------------------------------------------------------
@@ -176,10 +179,21 @@ class Result:
         return self.median(peer) / self.median(name)
 
 
+def copies(doc: Document, cfg: Config) -> int:
+    """Fresh copies of a small single-part document encoded back to back in one timed run or
+    lag session (about ``batch_bytes``), so it measures a program encoding many such documents,
+    not one call after ``gc.collect()`` has left the caches cold."""
+    if len(doc.parts) > 1:
+        return 1
+    return max(1, round(cfg.batch_bytes / doc.nbytes))
+
+
 def time_document(doc: Document, cfg: Config) -> dict[str, list[float]]:
-    """Interleaved rounds: each round times every encoder once on fresh copies of every part,
-    starting at a different encoder each round."""
+    """Interleaved rounds: each round times every encoder once on fresh copies of every part
+    (a batch of them for a small document; time per copy), starting at a different encoder
+    each round."""
     names = list(ENCODERS)
+    n_copies = copies(doc, cfg)
     runs = {n: cfg.slow_runs if n in SLOW and doc.nbytes >= BIG else cfg.runs for n in names}
     seconds: dict[str, list[float]] = {n: [] for n in names}
     for r in range(max(runs.values())):
@@ -188,9 +202,9 @@ def time_document(doc: Document, cfg: Config) -> dict[str, list[float]]:
         for part in doc.parts:
             for n in order:
                 if r < runs[n]:
-                    value = part.build()
-                    totals[n] += ENCODERS[n](value)
-                    del value
+                    values = [part.build() for _ in range(n_copies)]
+                    totals[n] += ENCODERS[n](values) / n_copies
+                    del values
         for n in names:
             if r < runs[n]:
                 seconds[n].append(totals[n])
@@ -217,19 +231,17 @@ def lag_document(doc: Document, cfg: Config, budget: float, sessions: int) -> La
     """Loop lag while ``aiterencode`` encodes the document, pooled over ``sessions``.
 
     A session encodes one fresh copy of each part (one ``asyncio.run`` per part); a small
-    single-part document is encoded as a batch of fresh copies of about ``lag_batch_bytes``,
+    single-part document is encoded as a batch of fresh copies of about ``batch_bytes``,
     all built before the probe starts.
     """
     probe = LoopLagProbe()
     per_session: list[float] = []
-    copies = 1
-    if len(doc.parts) == 1:
-        copies = max(1, round(cfg.lag_batch_bytes / doc.nbytes))
+    n_copies = copies(doc, cfg)
     collections: list[tuple[int, float]] = []  # during the sessions, not the builds
     for _ in range(sessions):
         total = 0.0
         for part in doc.parts:
-            values = [part.build() for _ in range(copies)]
+            values = [part.build() for _ in range(n_copies)]
             gc.collect()
             with GcWatch() as watch:
                 total += asyncio.run(_lag_session(values, probe, budget))
@@ -261,9 +273,7 @@ def budget_sweep(doc: Document, cfg: Config) -> list[SweepRow]:
         for _ in range(cfg.sweep_runs):
             total = 0.0
             for part in doc.parts:
-                value = part.build()
-                total += _aiter(value, budget)
-                del value
+                total += _aiter([part.build()], budget)
             plain.append(total)
         lag = lag_document(doc, cfg, budget, cfg.sweep_runs)
         rows.append(
@@ -473,7 +483,10 @@ def footer(cfg: Config, results: list[Result]) -> list[str]:
         f"MB/s, median of {cfg.runs} runs per cell ({cfg.slow_runs} for json and json iter on "
         f"documents of {BIG // MB} MB or more), rounds interleaved; each run encodes a freshly "
         "built episode or a corpus file freshly parsed with orjson.loads, gc.collect() before "
-        "the timing, GC enabled during it.",
+        "the timing, GC enabled during it. A single document smaller than "
+        f"{cfg.batch_bytes // MB} MB is timed as a batch of fresh copies (~{cfg.batch_bytes // MB}"
+        " MB) encoded back to back, time per copy: one call of 50 us right after gc.collect() "
+        "measures cold caches more than the encoder.",
         "- json = json.dumps(v, ensure_ascii=False, separators=(',', ':')).encode(); json iter = "
         "''.join(json.JSONEncoder(same).iterencode(v)).encode() (the pure-Python streaming "
         "encoder). encode = encoder.encode; iter = list(encoder.iterencode(v)); aiter = "
@@ -484,7 +497,7 @@ def footer(cfg: Config, results: list[Result]) -> list[str]:
         "- lag p50/p99/max in ms, n samples: a task sleeping 1 ms on the same asyncio loop while "
         f"aiterencode (default budget {encoder.DEFAULT_BUDGET * 1000:g} ms) streams the "
         f"document to an async sink that does nothing; pooled over {cfg.lag_runs} sessions; "
-        f"a small document is encoded as a batch of fresh copies (~{cfg.lag_batch_bytes // MB} "
+        f"a small document is encoded as a batch of fresh copies (~{cfg.batch_bytes // MB} "
         "MB) per session with one asyncio.sleep(0) between copies. The idle row is the same "
         f"probe on an empty loop ({cfg.idle_seconds:g} s at the start and at the end of the run)."
         f" GC during the 60 MB lag sessions: collections by generation "
