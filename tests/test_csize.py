@@ -135,6 +135,34 @@ def test_a_run_of_numbers_ends_at_the_first_other_value(values: Any, expected: i
 
 
 @needs_csize
+def test_a_long_list_whose_first_items_project_far_past_the_limit_is_too_big() -> None:
+    assert csize is not None
+    # 16 items of 12 bytes, then 112 of 2: 546 bytes in all, but 1,536 at the first items' rate.
+    projected = ["x" * 10] * 16 + [""] * 112
+    assert reference(projected, ()) == 546
+    assert 600 < csize.size([projected], 600, ()) < BIG
+    assert csize.size([projected], 800, ()) == 546  # not over twice the limit: read to the end
+    assert csize.size([projected[:63]], 100, ()) > 100  # too short to project: read to the limit
+    assert 600 < csize.size([["x" * 10] * 16 + [b"bytes"] + [""] * 111], 600, ()) < BIG
+
+
+@needs_csize
+def test_a_list_projected_too_big_is_walked_to_the_same_bytes_and_errors() -> None:
+    assert csize is not None
+    # Under GROUP_BYTES in all, but its first items project to over twice that.
+    small = ["x" * (GROUP_BYTES // 32)] * 16 + [""] * 112
+    assert csize.size([small], GROUP_BYTES, ()) > GROUP_BYTES >= reference(small, ())
+    pieces = [p for p in Walker({"a": small}) if p]
+    assert len(pieces) > 1  # walked, not written whole
+    assert b"".join(pieces) == orjson.dumps({"a": small})
+    # A value that must be walked, past the first items, is still found, with its path.
+    bad = [*small[:16], b"bytes", *small[17:]]
+    with pytest.raises(EncodeError) as err:
+        b"".join(Walker({"a": bad}))  # type: ignore[arg-type]
+    assert err.value.path == "$.a[16]"
+
+
+@needs_csize
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
