@@ -45,7 +45,8 @@ class LagStats:
         )
 
 
-#: Per thread, the kernel's "time spent waiting on a runqueue" in ns (Linux, schedstat).
+#: Per thread, the kernel's time spent on a core and time spent waiting on a runqueue, in ns
+#: (Linux, schedstat).
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
@@ -55,15 +56,17 @@ def _open_schedstat() -> int | None:
     except OSError:
         return None
     try:
-        _run_delay(fd)
+        _times(fd)
     except (OSError, ValueError, IndexError):
         os.close(fd)
         return None
     return fd
 
 
-def _run_delay(fd: int) -> int:
-    return int(os.pread(fd, 128, 0).split()[1])
+def _times(fd: int) -> tuple[int, int]:
+    """ns this thread has run, and ns it has waited for a core."""
+    fields = os.pread(fd, 128, 0).split()
+    return int(fields[0]), int(fields[1])
 
 
 class LoopLagProbe:
@@ -73,11 +76,12 @@ class LoopLagProbe:
     while running or after exit; ``samples`` holds the raw values in ms, with ``times`` (the
     ``perf_counter`` of each wake-up) for plotting lag over time.
 
-    Lag has two causes: the loop's thread was busy (a step that ran long, a GIL held by
-    another thread, a garbage collection), or it was ready but the kernel gave it no core
-    (more runnable threads than cores). Where the kernel tells (Linux schedstat),
-    ``cpu_waits`` holds, for each sample, the ms the loop's thread spent waiting for a core
-    meanwhile, so a report can say which cause a stall had; elsewhere it stays empty.
+    A late wake-up has three causes, told apart where the kernel tells (Linux schedstat):
+    the loop's thread was running (a step that ran long, a garbage collection): ``cpu_runs``;
+    it was ready but had no core (more runnable threads than cores): ``cpu_waits``; or it did
+    neither, asleep past its time (waiting for a GIL another thread held, or woken late by
+    the machine). Both lists hold, for each sample, the ms of each meanwhile; elsewhere they
+    stay empty.
     """
 
     def __init__(self, *, interval: float = 0.001) -> None:
@@ -87,6 +91,7 @@ class LoopLagProbe:
         self.samples: list[float] = []
         self.times: list[float] = []
         self.cpu_waits: list[float] = []
+        self.cpu_runs: list[float] = []
         self._group: TaskGroup | None = None
         self._epoch = 0  # changes on pause() and resume(): a sleep spanning one is no sample
         self._paused = False
@@ -125,9 +130,9 @@ class LoopLagProbe:
 
     async def _run(self, started: anyio.Event) -> None:
         interval = self.interval
-        samples, times, waits = self.samples, self.times, self.cpu_waits
+        samples, times, waits, runs = self.samples, self.times, self.cpu_waits, self.cpu_runs
         fd = _open_schedstat()  # in the loop's thread: "thread-self" is that thread
-        delay = 0 if fd is None else _run_delay(fd)
+        ran, waited = (0, 0) if fd is None else _times(fd)
         started.set()
         try:
             while True:
@@ -136,13 +141,15 @@ class LoopLagProbe:
                 await anyio.sleep(interval)
                 now = perf_counter()
                 if fd is not None:
-                    before, delay = delay, _run_delay(fd)
+                    ran_before, waited_before = ran, waited
+                    ran, waited = _times(fd)
                 if epoch != self._epoch or self._paused:
                     continue
                 samples.append(max(0.0, (now - asked - interval) * 1000.0))
                 times.append(now)
                 if fd is not None:
-                    waits.append((delay - before) / 1e6)
+                    waits.append((waited - waited_before) / 1e6)
+                    runs.append((ran - ran_before) / 1e6)
                 self._sampled.set()
         finally:
             if fd is not None:

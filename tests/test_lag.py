@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,14 +99,15 @@ try:
     probe = anyio.run(main)
 finally:
     burner.kill()
-print(json.dumps({{"samples": probe.samples, "waits": probe.cpu_waits}}))
+print(json.dumps({{"samples": probe.samples, "waits": probe.cpu_waits, "runs": probe.cpu_runs}}))
 """
 
 
 @pytest.mark.anyio
 async def test_probe_tells_a_busy_loop_from_a_wait_for_a_core() -> None:
-    """A loop busy for 50 ms shows 50 ms of lag and (nearly) no wait for a core; a loop whose
-    thread shares its one core with a busier process of higher priority waits for it."""
+    """A loop busy for 50 ms shows 50 ms of lag, running, and (nearly) no wait for a core; a
+    loop whose thread shares its one core with a busier process of higher priority waits for
+    it."""
     assert os.path.exists("/proc/thread-self/schedstat") == (sys.platform == "linux")
     async with LoopLagProbe() as probe:
         await anyio.sleep(0.02)
@@ -114,12 +116,13 @@ async def test_probe_tells_a_busy_loop_from_a_wait_for_a_core() -> None:
             pass
         await anyio.sleep(0.02)
     if sys.platform != "linux":
-        assert probe.cpu_waits == []
+        assert probe.cpu_waits == probe.cpu_runs == []
         return
-    assert len(probe.cpu_waits) == len(probe.samples)
+    assert len(probe.cpu_waits) == len(probe.cpu_runs) == len(probe.samples)
     worst = max(range(len(probe.samples)), key=probe.samples.__getitem__)
     assert probe.samples[worst] >= 45
     assert probe.cpu_waits[worst] < probe.samples[worst] / 2, (probe.samples, probe.cpu_waits)
+    assert probe.cpu_runs[worst] > probe.samples[worst] / 2, (probe.samples, probe.cpu_runs)
 
     cpu = min(os.sched_getaffinity(0))
     out = subprocess.run(
@@ -133,6 +136,30 @@ async def test_probe_tells_a_busy_loop_from_a_wait_for_a_core() -> None:
     assert out.returncode == 0, out.stderr
     child = json.loads(out.stdout)
     lag, waits = sum(child["samples"]), sum(child["waits"])
-    assert len(child["waits"]) == len(child["samples"]) > 20
+    assert len(child["waits"]) == len(child["runs"]) == len(child["samples"]) > 20
     assert lag > 100, child  # ~1 s of sampling, the core mostly the burner's
     assert waits > lag / 2, (lag, waits)
+    assert sum(child["runs"]) < lag / 4, child
+
+
+@pytest.mark.anyio
+async def test_probe_tells_a_loop_asleep_past_its_time() -> None:
+    """A loop whose thread waits for the GIL (another thread in one long C call) neither runs
+    nor waits for a core meanwhile."""
+    holder = threading.Thread(target=sum, args=(range(5_000_000),))  # ~90 ms holding the GIL
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.02)
+        holder.start()
+        await anyio.sleep(0.2)
+        holder.join()
+    if sys.platform != "linux":
+        assert probe.cpu_runs == probe.cpu_waits == []
+        return
+    worst = max(range(len(probe.samples)), key=probe.samples.__getitem__)
+    lag = probe.samples[worst]
+    assert lag >= 30, probe.samples
+    assert probe.cpu_runs[worst] + probe.cpu_waits[worst] < lag / 2, (
+        lag,
+        probe.cpu_runs[worst],
+        probe.cpu_waits[worst],
+    )

@@ -92,6 +92,21 @@ def targets(report: LoadtestReport) -> list[str]:
     return lines
 
 
+def _lag_causes(name: str, w: dict[str, float]) -> str:
+    """One monitor's part of the "where lag came from" sentence."""
+    worst = (
+        f"worst {w['worst_lag_ms']:.1f} ms: {w['worst_wait_ms']:.1f} waiting, "
+        f"{w['worst_running_ms']:.1f} running"
+    )
+    if not w["samples"]:
+        return f"{name} no samples over 5 ms, {worst}"
+    neither = max(0.0, 1 - w["share"] - w["running_share"])
+    return (
+        f"{name} {w['samples']:.0f} samples over 5 ms, of their lag {w['share']:.0%} waiting, "
+        f"{w['running_share']:.0%} running, {neither:.0%} neither; {worst}"
+    )
+
+
 def text(report: LoadtestReport) -> str:
     """What the CLI prints: what ran, the table, the notes and the targets."""
     c = report.config
@@ -161,16 +176,11 @@ def text(report: LoadtestReport) -> str:
     waits = [(r, r.cpu_wait()) for r in report.results]
     if any(w is not None for _, w in waits):
         out.append(
-            "Where lag over 5 ms came from (Linux schedstat: time the loop's thread was ready "
-            "but had no core, because more threads wanted one than there are cores; the rest "
-            "is the loop busy, a GIL held elsewhere or a collection): "
-            + "; ".join(
-                f"{r.name} {w['samples']:.0f} samples over 5 ms, {w['share']:.0%} of their lag "
-                f"waiting for a core; worst {w['worst_lag_ms']:.1f} ms, of which "
-                f"{w['worst_wait_ms']:.1f} waiting"
-                for r, w in waits
-                if w is not None
-            )
+            "Where lag over 5 ms came from (Linux schedstat, for the loop's thread: waiting "
+            "for a core, because more threads wanted one than there are cores; running, the "
+            "loop busy with a long step or a collection; or neither, asleep past its time, "
+            "waiting for a GIL another thread held or woken late by the machine): "
+            + "; ".join(_lag_causes(r.name, w) for r, w in waits if w is not None)
             + "."
         )
     out.append(

@@ -93,29 +93,41 @@ class RunResult:
     error: str | None = None
     lag_samples: list[float] = field(default_factory=list, repr=False)
     lag_times: list[float] = field(default_factory=list, repr=False)
-    #: Per lag sample, the ms the loop's thread was ready but waiting for a core (Linux
-    #: schedstat; empty elsewhere): what share of a stall the machine's cores caused.
+    #: Per lag sample, the ms the loop's thread was ready but waiting for a core, and the ms
+    #: it ran (Linux schedstat; empty elsewhere): what share of a stall the machine's cores
+    #: caused, and what share the loop's own work.
     lag_cpu_waits: list[float] = field(default_factory=list, repr=False)
+    lag_cpu_runs: list[float] = field(default_factory=list, repr=False)
 
     def cpu_wait(self, over_ms: float = 5.0) -> dict[str, float] | None:
-        """Of the lag samples over ``over_ms``: how many, what share of their lag the loop's
-        thread spent waiting for a core, and that wait in the worst sample (None where the
-        kernel does not tell)."""
-        if not self.lag_cpu_waits or len(self.lag_cpu_waits) != len(self.lag_samples):
+        """Of the lag samples over ``over_ms``: how many, and what share of their lag the
+        loop's thread spent waiting for a core (``share``) and running (``running_share``);
+        the rest it was asleep past its time. The same for the worst sample. None where the
+        kernel does not tell.
+
+        A sample's window is its interval plus its lag, so its waiting and running may add up
+        to more than the lag: waiting counts first, then running, up to the lag.
+        """
+        n = len(self.lag_samples)
+        if not n or len(self.lag_cpu_waits) != n or len(self.lag_cpu_runs) != n:
             return None
-        slow = [
-            (lag, min(wait, lag))
-            for lag, wait in zip(self.lag_samples, self.lag_cpu_waits, strict=True)
-            if lag > over_ms
+        parts = [
+            (lag, min(wait, lag), min(run, lag - min(wait, lag)))
+            for lag, wait, run in zip(
+                self.lag_samples, self.lag_cpu_waits, self.lag_cpu_runs, strict=True
+            )
         ]
-        worst = max(range(len(self.lag_samples)), key=self.lag_samples.__getitem__)
-        lag_sum = sum(lag for lag, _ in slow)
+        slow = [p for p in parts if p[0] > over_ms]
+        lag_sum = sum(lag for lag, _, _ in slow)
+        worst = max(range(n), key=self.lag_samples.__getitem__)
         return {
             "over_ms": over_ms,
             "samples": len(slow),
-            "share": sum(wait for _, wait in slow) / lag_sum if lag_sum else 0.0,
-            "worst_lag_ms": self.lag_samples[worst],
-            "worst_wait_ms": min(self.lag_cpu_waits[worst], self.lag_samples[worst]),
+            "share": sum(wait for _, wait, _ in slow) / lag_sum if lag_sum else 0.0,
+            "running_share": sum(run for _, _, run in slow) / lag_sum if lag_sum else 0.0,
+            "worst_lag_ms": parts[worst][0],
+            "worst_wait_ms": parts[worst][1],
+            "worst_running_ms": parts[worst][2],
         }
 
     @property
@@ -484,6 +496,9 @@ class _Driver:
         if probe.cpu_waits:
             result.lag_cpu_waits = [
                 w for w, t in zip(probe.cpu_waits, times, strict=True) if t >= self.started
+            ]
+            result.lag_cpu_runs = [
+                r for r, t in zip(probe.cpu_runs, times, strict=True) if t >= self.started
             ]
         before = [s for s, t in zip(samples, times, strict=True) if t_start <= t < self.started]
         result.lag = LagStats.of(during)

@@ -13,7 +13,14 @@ import orjson
 import pytest
 
 from monitors import FileMonitor
-from monitors.loadtest import LoadtestConfig, LoadtestError, make_episodes, run_loadtest
+from monitors.loadtest import (
+    LoadtestConfig,
+    LoadtestError,
+    RunResult,
+    make_episodes,
+    run_loadtest,
+)
+from monitors.loadtest._report import _lag_causes
 from monitors.loadtest.cli import main, nodewise, parse_bytes, parse_seconds, parser
 from monitors.testing.episodes import (
     BODIES,
@@ -138,6 +145,8 @@ def test_cli_runs_and_reports_json(capsys: pytest.CaptureFixture[str], tmp_path:
         assert wait["worst_lag_ms"] == pytest.approx(r["lag_ms"]["max"])
         assert 0 <= wait["worst_wait_ms"] <= wait["worst_lag_ms"]
         assert 0 <= wait["share"] <= 1
+        assert 0 <= wait["running_share"] <= 1 - wait["share"] + 1e-9
+        assert 0 <= wait["worst_running_ms"] <= wait["worst_lag_ms"] - wait["worst_wait_ms"]
 
 
 def test_cli_prints_the_table_and_writes_json_to_a_file(
@@ -288,3 +297,32 @@ def test_the_report_says_whether_files_went_between_runs(
     # the temporary root always goes at the end.
     assert removed[:-1] == ([] if room == "all" else ["file"])
     assert removed[-1].startswith("nodewise-loadtest-")
+
+
+def test_lag_over_5_ms_is_split_into_waiting_running_and_neither() -> None:
+    r = RunResult(run="file", name="FileMonitor", episodes=1)
+    r.lag_samples = [0.2, 10.0, 20.0]
+    r.lag_times = [0.001, 0.012, 0.033]
+    r.lag_cpu_waits = [0.0, 4.0, 30.0]  # a sample's window is longer than its lag
+    r.lag_cpu_runs = [1.2, 3.0, 5.0]
+    # 10 ms: 4 waiting, 3 running, 3 neither; 20 ms: waiting all of it, so 0 running.
+    assert r.cpu_wait() == {
+        "over_ms": 5.0,
+        "samples": 2,
+        "share": pytest.approx(24 / 30),
+        "running_share": pytest.approx(3 / 30),
+        "worst_lag_ms": 20.0,
+        "worst_wait_ms": 20.0,
+        "worst_running_ms": 0.0,
+    }
+    assert r.to_dict()["lag_cpu_wait"] == r.cpu_wait()
+    assert _lag_causes(r.name, r.cpu_wait() or {}) == (
+        "FileMonitor 2 samples over 5 ms, of their lag 80% waiting, 10% running, 10% neither; "
+        "worst 20.0 ms: 20.0 waiting, 0.0 running"
+    )
+    r.lag_samples = [0.2, 4.0, 1.0]
+    assert _lag_causes(r.name, r.cpu_wait() or {}) == (
+        "FileMonitor no samples over 5 ms, worst 4.0 ms: 4.0 waiting, 0.0 running"
+    )
+    r.lag_cpu_runs = []  # the kernel did not tell
+    assert r.cpu_wait() is None
