@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gc
 import logging
@@ -491,20 +492,16 @@ class _Driver:
         result.gc_full, result.gc_longest = watch.full, watch.longest
         result.wall = t_end - self.started
         result.drain = t_end - t_fin
+        # Samples come in time order: those of the start, then those of the run.
         samples, times = probe.samples, probe.times
-        during = [s for s, t in zip(samples, times, strict=True) if t >= self.started]
-        if probe.cpu_waits:
-            result.lag_cpu_waits = [
-                w for w, t in zip(probe.cpu_waits, times, strict=True) if t >= self.started
-            ]
-            result.lag_cpu_runs = [
-                r for r, t in zip(probe.cpu_runs, times, strict=True) if t >= self.started
-            ]
-        before = [s for s, t in zip(samples, times, strict=True) if t_start <= t < self.started]
+        first, run = bisect.bisect_left(times, t_start), bisect.bisect_left(times, self.started)
+        during = samples[run:]
+        result.lag_cpu_waits = probe.cpu_waits[run:]
+        result.lag_cpu_runs = probe.cpu_runs[run:]
         result.lag = LagStats.of(during)
-        result.start_lag_max = max(before, default=0.0)
+        result.start_lag_max = max(samples[first:run], default=0.0)
         result.lag_samples = during
-        result.lag_times = [t - self.started for t in times if t >= self.started]
+        result.lag_times = [t - self.started for t in times[run:]]
 
 
 def _monitor(run: str, root: Path, config: LoadtestConfig, url: str | None) -> Monitor:
