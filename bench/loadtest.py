@@ -36,7 +36,7 @@ from monitors.testing.episodes import EpisodeMaker
 try:
     from isal import isal_zlib as _isal_zlib
 except ImportError:  # pragma: no cover - isal is a dependency
-    _isal_zlib = None
+    _isal_zlib = None  # type: ignore[assignment]
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "loadtest.json"
