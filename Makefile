@@ -65,7 +65,7 @@ docs-data: $(VENV)/.synced
 	$(RUN) -m bench.prime_monitor > docs/data/prime_monitor.md.tmp
 	mv docs/data/prime_monitor.md.tmp docs/data/prime_monitor.md
 	$(RUN) docs/record_lag.py
-	$(VENV)/bin/nodewise loadtest --no-progress --json docs/data/loadtest.json > docs/data/loadtest.md.tmp
+	$(VENV)/bin/nodewise loadtest --baseline --no-progress --json docs/data/loadtest.json > docs/data/loadtest.md.tmp
 	mv docs/data/loadtest.md.tmp docs/data/loadtest.md
 	$(RUN) -m bench.loadtest --skip-full > docs/data/loadtest_big.md.tmp
 	mv docs/data/loadtest_big.md.tmp docs/data/loadtest_big.md
