@@ -13,7 +13,7 @@
 #define BIG (((Py_ssize_t)1) << 62)
 /* Returned for nesting deeper than MAX_DEPTH, so the caller can stop looking below it. */
 #define DEEP (BIG + 1)
-/* Items of a long list or tuple read before projecting its size (see projected_past). */
+/* Items of a long list, tuple or dict read before projecting its size (see projected_past). */
 #define PREFIX 16
 
 typedef struct {
@@ -50,15 +50,15 @@ add_leaf(State *s, PyObject *obj)
 }
 
 /* Whether a long container whose first PREFIX items came to ``s->total - start`` is, at that
- * rate, well past the limit; if so its estimate becomes that projection. Reading on to the
- * limit would cost more than orjson spends on as much JSON where nodes are tiny (~10 ns a
- * node in dicts), and it is read again when the container is walked. A wrong "too big" only
- * costs a few more steps; "small" is only ever said after reading everything. */
+ * rate, past the limit; if so its estimate becomes that projection. Reading on to the limit
+ * would cost more than orjson spends on as much JSON where nodes are tiny (~10 ns a node in
+ * dicts), and it is read again when the container is walked. A wrong "too big" only costs a
+ * few more steps; "small" is only ever said after reading everything. */
 static int
 projected_past(State *s, Py_ssize_t start, Py_ssize_t n)
 {
     double projected = (double)(s->total - start) * ((double)n / PREFIX);
-    if (projected <= 2.0 * (double)s->limit || projected >= (double)(BIG / 2)) {
+    if (projected <= (double)s->limit || projected >= (double)(BIG / 2)) {
         return 0;
     }
     s->total = start + (Py_ssize_t)projected;
@@ -110,10 +110,14 @@ add_items(State *s, PyObject **items, Py_ssize_t n, int depth)
 static int
 add_dict(State *s, PyObject *obj, int depth)
 {
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, i = 0, n = PyDict_GET_SIZE(obj);
     PyObject *key, *value;
     s->total += 2;
+    Py_ssize_t start = s->total;
     while (PyDict_Next(obj, &pos, &key, &value)) {
+        if (i++ == PREFIX && n >= 4 * PREFIX && projected_past(s, start, n)) {
+            return 1;
+        }
         if (Py_TYPE(key) == &PyUnicode_Type) {
             s->total += PyUnicode_GET_LENGTH(key) + 4;
         }
@@ -178,7 +182,7 @@ PyDoc_STRVAR(size_doc,
 "size(values, limit, leaves, /) -> int\n\n"
 "Estimated JSON bytes of the list or tuple ``values`` and everything it holds: more than\n"
 "``limit`` once past it (the walk stops there, or sooner where the first 16 items of a long\n"
-"list project to over twice the limit), ``1 << 62`` on meeting a value that is not\n"
+"list or dict project past the limit), ``1 << 62`` on meeting a value that is not\n"
 "a str, int, float, bool, None, exact dict, list or tuple, or a type in ``leaves``, and\n"
 "``(1 << 62) + 1`` on nesting deeper than orjson writes.");
 

@@ -135,31 +135,52 @@ def test_a_run_of_numbers_ends_at_the_first_other_value(values: Any, expected: i
 
 
 @needs_csize
-def test_a_long_list_whose_first_items_project_far_past_the_limit_is_too_big() -> None:
+def test_a_long_list_whose_first_items_project_past_the_limit_is_too_big() -> None:
     assert csize is not None
     # 16 items of 12 bytes, then 112 of 2: 546 bytes in all, but 1,536 at the first items' rate.
     projected = ["x" * 10] * 16 + [""] * 112
     assert reference(projected, ()) == 546
     assert 600 < csize.size([projected], 600, ()) < BIG
-    assert csize.size([projected], 800, ()) == 546  # not over twice the limit: read to the end
+    assert csize.size([projected], 1600, ()) == 546  # projected under the limit: read to the end
     assert csize.size([projected[:63]], 100, ()) > 100  # too short to project: read to the limit
     assert 600 < csize.size([["x" * 10] * 16 + [b"bytes"] + [""] * 111], 600, ()) < BIG
 
 
 @needs_csize
-def test_a_list_projected_too_big_is_walked_to_the_same_bytes_and_errors() -> None:
+def test_a_long_dict_whose_first_items_project_past_the_limit_is_too_big() -> None:
+    assert csize is not None
+    # 16 items of 8 + 12 bytes, then 112 of 8 + 2: 1,442 bytes, but 2,560 at the first rate.
+    projected = {f"k{i:03}": "x" * 10 if i < 16 else "" for i in range(128)}
+    assert reference(projected, ()) == 1442
+    assert 2000 < csize.size([projected], 2000, ()) < BIG
+    assert csize.size([projected], 2600, ()) == 1442  # projected under the limit: to the end
+    short = dict(list(projected.items())[:63])
+    assert csize.size([short], 400, ()) > 400  # too short to project: read to the limit
+    assert csize.size([short], 10_000, ()) == reference(short, ())
+    with_bytes = {**projected, "k016": b"bytes"}
+    assert 2000 < csize.size([with_bytes], 2000, ()) < BIG  # not read as far as the bytes
+    assert csize.size([with_bytes], 10_000, ()) == BIG
+
+
+@needs_csize
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_a_container_projected_too_big_is_walked_to_the_same_bytes_and_errors(kind: str) -> None:
     assert csize is not None
     # Under GROUP_BYTES in all, but its first items project to over twice that.
-    small = ["x" * (GROUP_BYTES // 32)] * 16 + [""] * 112
+    values = ["x" * (GROUP_BYTES // 32)] * 16 + [""] * 112
+    small: Any = values if kind == "list" else {f"k{i:03}": v for i, v in enumerate(values)}
     assert csize.size([small], GROUP_BYTES, ()) > GROUP_BYTES >= reference(small, ())
     pieces = [p for p in Walker({"a": small}) if p]
     assert len(pieces) > 1  # walked, not written whole
     assert b"".join(pieces) == orjson.dumps({"a": small})
     # A value that must be walked, past the first items, is still found, with its path.
-    bad = [*small[:16], b"bytes", *small[17:]]
+    if kind == "list":
+        bad, path = [*small[:16], b"bytes", *small[17:]], "$.a[16]"
+    else:
+        bad, path = {**small, "k016": b"bytes"}, "$.a.k016"
     with pytest.raises(EncodeError) as err:
         b"".join(Walker({"a": bad}))  # type: ignore[arg-type]
-    assert err.value.path == "$.a[16]"
+    assert err.value.path == path
 
 
 @needs_csize
