@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import lzma
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -31,6 +32,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "filterwarnings", "ignore:Generating overly large repr:hypothesis.errors.HypothesisWarning"
     )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_wandb_session() -> Iterator[None]:
+    """Ends wandb's session after each test that started one. wandb reads its environment
+    once per process (``wandb.setup``) and ignores later changes, so without this every run
+    would go where the first test's environment said (with no ``WANDB_DIR``: the working
+    directory, that is the repository) instead of under the test's own ``tmp_path``."""
+    yield
+    if "wandb" in sys.modules:
+        sys.modules["wandb"].teardown()
 
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "corpus"

@@ -241,9 +241,11 @@ async def test_offline_run_holds_every_step_and_every_episode(
         "step 8: dropped non-finite metrics: kl",
     ]
 
-    # The files directory: every record, byte for byte.
+    # The files directory: every record, byte for byte, under this test's WANDB_DIR (not where
+    # an earlier test's wandb session pointed).
     files, records = offline_run(monitor)
     assert stream == files / "traces" / "train" / "all"
+    assert offline in files.parents
     n = 0
     for n, record in enumerate(read_records(stream), 1):
         assert orjson.dumps(record) == expected[SPECS[(n - 1) % len(SPECS)]], f"record {n - 1}"
