@@ -38,11 +38,13 @@ from .options import (
 __all__ = ["AnextRequest", "Piece", "Walker"]
 
 #: Estimated JSON bytes (string lengths, plus 8 a node) below which a group of values goes to
-#: ``orjson.dumps`` in one call: ~80-300 us of orjson work, and ~32K objects looked at, at
+#: ``orjson.dumps`` in one call: ~40-150 us of orjson work, and ~16K objects looked at, at
 #: most, to find a group too big (fewer where a long container's first items project it past
-#: this). Each halving cost production episodes a few % (fewer, longer steps mean fewer
-#: checkpoints in ``aiterencode``); at this size lag on a 60 MB episode is p99 ~1 ms.
-GROUP_BYTES: Final = 256 * 1024
+#: this). At half this size production episodes encoded ~7% slower. Twice this size was
+#: ~1.5% faster again in ``iterencode`` and ~3% in ``aiterencode`` (fewer checkpoints), at
+#: lag p99 ~1 ms on a 60 MB episode, but the load test's Prime runs then showed loop stalls
+#: not explained yet, so it waits for a load test A/B.
+GROUP_BYTES: Final = 128 * 1024
 #: Numbers per slice of a list proven numeric by ``sum`` to start with; then adjusted so a
 #: slice writes about ``NUMBER_SLICE_BYTES`` (~9K short ints, ~3K long floats: 40-70 us).
 NUMBERS_PER_SLICE: Final = 4096
