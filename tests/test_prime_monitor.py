@@ -522,7 +522,7 @@ async def test_both_gzip_backends_are_accepted(
     assert served["unique_ids"] == 41
     requests = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
     assert len(requests) >= 2
-    for request in requests:  # the server gunzips with zlib and recomputes the key
+    for request in requests:  # the server gunzips them and recomputes the key
         assert request["status"] == 200
         assert request["headers"]["idempotency-key"] == request["computed_key"]
         assert request["compressed_bytes"] < request["uncompressed_bytes"]

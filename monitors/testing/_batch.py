@@ -3,6 +3,10 @@
 Runs in a worker thread (pure CPU work on bytes already received). It decompresses
 incrementally and stops at the first limit crossed, so a gzip bomb costs at most the batch
 limit, and the uncompressed batch is never held whole: only the line being cut out.
+
+It inflates with python-isal where it is installed (~535 MB/s on episode JSON here, against
+zlib's ~217 MB/s): inflating was over half of the check, and the server shares the machine's cores
+with the monitor it tests in the load test.
 """
 
 from __future__ import annotations
@@ -11,8 +15,20 @@ import hashlib
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
+
+_decompressobj: Callable[..., Any]
+try:
+    from isal import isal_zlib
+
+    _decompressobj = isal_zlib.decompressobj
+    # isal's stubs declare IsalError an instance of Exception; it is the class.
+    _ERRORS: tuple[type[Exception], ...] = (zlib.error, isal_zlib.IsalError)  # type: ignore[assignment]
+except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
+    _decompressobj = zlib.decompressobj
+    _ERRORS = (zlib.error,)
 
 __all__ = ["BatchLimits", "CheckedBatch", "Refused", "check_traces"]
 
@@ -126,7 +142,7 @@ def check_traces(
 
 
 def _gunzip(compressed: Iterable[bytes], sink: Callable[[bytes], None]) -> None:
-    inflater = zlib.decompressobj(wbits=31)
+    inflater = _decompressobj(wbits=31)
     fresh = True  # nothing fed to this inflater yet (a new member may or may not follow)
     seen_any = False
     try:
@@ -143,11 +159,11 @@ def _gunzip(compressed: Iterable[bytes], sink: Callable[[bytes], None]) -> None:
                         break
                 if inflater.eof:  # another gzip member may follow
                     data = inflater.unused_data
-                    inflater = zlib.decompressobj(wbits=31)
+                    inflater = _decompressobj(wbits=31)
                     fresh = True
                 else:
                     data = b""
-    except zlib.error as exc:
+    except _ERRORS as exc:
         raise Refused(400, f"traces part is not valid gzip: {exc}") from None
     if not seen_any:
         raise Refused(400, "traces part is empty, not gzip")
