@@ -24,10 +24,10 @@ built episodes in memory. Time = wall clock from the first ``log`` to the end of
 minus the time spent building episodes (the loop is blocked then; worker threads and the
 server keep going, which flatters both sides a little).
 
-The server stands in for a remote service, but here it shares the 2 cores, and it spends more
-CPU per byte than the client (it gunzips with zlib, hashes and parses every line: ~10 CPU-s
-per GB of JSON against the client's ~7-8). So it runs at ``--server-nice`` (default 10) above
-the benchmark's priority: it still gets every idle cycle, but when the cores are contended
+The server stands in for a remote service, but here it shares the 2 cores, and it spends as
+much CPU per byte as the client (it gunzips, hashes and parses every line: ~6.3 CPU-s per GB
+of JSON against the client's ~6-8). So it runs at ``--server-nice`` (default 10) above the
+benchmark's priority: it still gets every idle cycle, but when the cores are contended
 the uploader's event loop is scheduled first, as it would be with the server elsewhere;
 ``--server-nice 0`` runs it at the same priority. CPU seconds per GB of JSON are reported for
 both sides.

@@ -61,7 +61,7 @@ class LoadtestConfig:
     bandwidth: float = 0.0
     in_flight: int = 8
     #: The TracesServer's niceness above this process. It stands in for a remote service but
-    #: shares the cores here, spending more CPU per byte than the client (gunzip, hash and
+    #: shares the cores here, spending as much CPU per byte as the client (gunzip, hash and
     #: parse every line): at equal priority it takes the loop's core whenever they are
     #: contended. 0 leaves it at this process's priority.
     server_nice: int = 10

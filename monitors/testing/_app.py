@@ -47,11 +47,11 @@ _KEY_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _MAX_METADATA_BYTES = 1 << 20
 _MAX_METRICS_BYTES = 16 << 20
 _READ_SIZE = 64 << 10
-#: Batch checks run on one thread. It outpaces any client on this machine (~188 MB/s of
-#: episode JSON), and more threads only add runnable threads that compete for the cores with
-#: the client under test: in the load test's Prime run at full size (2 cores), asyncio's
-#: default pool (6 threads) left the monitor's loop waiting for a core up to 14.6-16.5 ms,
-#: one thread 9.4-10.7 ms, at the same throughput.
+#: Batch checks run on one thread. It outpaces the monitor under test here (~188 MB/s of
+#: episode JSON against the client's ~160), and more threads only add runnable threads that
+#: compete with that client for the cores: in the load test's Prime run at full size (2
+#: cores), asyncio's default pool (6 threads) left the monitor's loop waiting for a core up
+#: to 14.6-16.5 ms, one thread 9.4-10.7 ms, at the same throughput.
 _CHECK_THREADS = 1
 
 

@@ -5,8 +5,8 @@ incrementally and stops at the first limit crossed, so a gzip bomb costs at most
 limit, and the uncompressed batch is never held whole: only the line being cut out.
 
 It inflates with python-isal where it is installed (~535 MB/s on episode JSON here, against
-zlib's ~217 MB/s): inflating was over half of the check, and the server shares the machine's cores
-with the monitor it tests in the load test.
+zlib's ~217 MB/s): inflating was over half of the check, and in the load test the server
+shares the machine's cores with the monitor it tests.
 """
 
 from __future__ import annotations
