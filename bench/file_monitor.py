@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from monitors import FileMonitor, LagStats, LoopLagProbe, WandbMonitor
+from monitors.testing import wandb_offline_env
 
 from .episodes import make_episode, sample_sizes
 
@@ -92,9 +93,8 @@ async def run_ours(sizes: list[int], root: Path) -> Run:
 
 async def run_wandb(sizes: list[int], root: Path) -> Run:
     # Everything wandb writes (run, logs, cache) goes under root, removed at the end.
-    os.environ.setdefault("WANDB_SILENT", "true")
-    for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
-        os.environ.setdefault(name, str(root / "wandb-home" / name.lower()))
+    for name, value in wandb_offline_env(root / "wandb-home").items():
+        os.environ.setdefault(name, value)
     monitor = WandbMonitor(project="nodewise-bench", mode="offline", dir=root / "wandb")
     async with monitor:
 

@@ -227,11 +227,10 @@ async def test_fan_out_to_every_real_monitor(
     """File, Prime (a real TracesServer) and W&B (offline) behind one Monitors: the two with
     background work must start and finish in the caller's task, so the fan-out does that."""
     from monitors import PrimeMonitor, WandbMonitor
-    from monitors.testing import TracesServer
+    from monitors.testing import TracesServer, wandb_offline_env
 
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    for name, value in wandb_offline_env(tmp_path / "wandb-home").items():
+        monkeypatch.setenv(name, value)
     episodes = [{"id": i, "text": "x" * 1000} for i in range(20)]
     with TracesServer(api_key="k") as server:
         files = FileMonitor(tmp_path / "files")

@@ -35,6 +35,7 @@ from wandb.proto import wandb_internal_pb2 as pb
 
 from bench.episodes import make_episode
 from monitors import DeliveryStats, LagStats, LoopLagProbe, MonitorError, WandbMonitor
+from monitors.testing import WANDB_CREDENTIALS, wandb_offline_env
 from monitors.traces import read_records
 from monitors.traces._layout import list_chunks
 
@@ -47,25 +48,12 @@ def anyio_backend() -> str:
 @pytest.fixture(autouse=True)
 def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """wandb offline, every file it writes under tmp_path, nothing sent anywhere."""
-    root = tmp_path / "wandb-home"
-    for name in ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_RUN_ID", "WANDB_NAME"):
+    for name in WANDB_CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
-    env = {
-        "WANDB_MODE": "offline",
-        "WANDB_DIR": root / "runs",
-        "WANDB_CONFIG_DIR": root / "config",
-        "WANDB_CACHE_DIR": root / "cache",
-        "WANDB_DATA_DIR": root / "data",
-        "WANDB_SILENT": "true",
-        "WANDB_DISABLE_GIT": "true",
-        "WANDB_DISABLE_CODE": "true",
-        "WANDB_ERROR_REPORTING": "false",
-    }
+    env = wandb_offline_env(tmp_path / "wandb-home")
     for name, value in env.items():
-        if isinstance(value, Path):
-            value.mkdir(parents=True)
-        monkeypatch.setenv(name, str(value))
-    return root / "runs"
+        monkeypatch.setenv(name, value)
+    return Path(env["WANDB_DIR"])
 
 
 # -- reading an offline run back ----------------------------------------------------------

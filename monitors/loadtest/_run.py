@@ -23,6 +23,7 @@ from ..base import Monitor
 from ..file import FileMonitor
 from ..lag import LagStats, LoopLagProbe
 from ..prime import PrimeMonitor
+from ..testing._wandb import wandb_offline_env
 from ..testing.episodes import Episode, EpisodeMaker
 from ..traces._layout import ROW_BYTES
 from ..wandb_monitor import WandbMonitor
@@ -326,20 +327,7 @@ def wandb_offline(root: Path) -> Iterator[str]:
     if os.environ.get("WANDB_MODE"):
         yield os.environ["WANDB_MODE"]
         return
-    home = root / "wandb-home"
-    env = {
-        "WANDB_MODE": "offline",
-        "WANDB_DIR": str(home / "runs"),
-        "WANDB_CONFIG_DIR": str(home / "config"),
-        "WANDB_CACHE_DIR": str(home / "cache"),
-        "WANDB_DATA_DIR": str(home / "data"),
-        "WANDB_SILENT": "true",
-        "WANDB_DISABLE_GIT": "true",
-        "WANDB_DISABLE_CODE": "true",
-        "WANDB_ERROR_REPORTING": "false",
-    }
-    for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        Path(env[name]).mkdir(parents=True, exist_ok=True)
+    env = wandb_offline_env(root / "wandb-home")
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:

@@ -1,5 +1,6 @@
 """Test doubles for the monitors: ``TracesServer``, a real Prime Traces API server on
-127.0.0.1 in its own process, with fault injection and counts of what it stored.
+127.0.0.1 in its own process, with fault injection and counts of what it stored; and
+``wandb_offline_env``, the environment that keeps a wandb run offline under one folder.
 
 Imported lazily, so that ``python -m monitors.testing.server`` does not find its own module
 already imported by this package (runpy warns about that).
@@ -9,14 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._wandb import WANDB_CREDENTIALS, wandb_offline_env
+
 if TYPE_CHECKING:
     from .server import Faults, FaultsError, TracesServer
 
-__all__ = ["Faults", "FaultsError", "TracesServer"]
+__all__ = ["WANDB_CREDENTIALS", "Faults", "FaultsError", "TracesServer", "wandb_offline_env"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in ("Faults", "FaultsError", "TracesServer"):
         from . import server
 
         return getattr(server, name)

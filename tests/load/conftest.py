@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from .loadcheck import WANDB_ENV, out_dir
+from monitors.testing import WANDB_CREDENTIALS, wandb_offline_env
+
+from .loadcheck import out_dir
 
 
 @pytest.fixture
@@ -19,12 +21,7 @@ def out(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture(autouse=True)
 def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """wandb offline, every file it writes under tmp_path, nothing sent anywhere."""
-    for name in ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_RUN_ID", "WANDB_NAME"):
+    for name in WANDB_CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "wandb-home"
-    for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        path = home / name.lower()
-        path.mkdir(parents=True)
-        monkeypatch.setenv(name, str(path))
-    for name, value in WANDB_ENV.items():
+    for name, value in wandb_offline_env(tmp_path / "wandb-home").items():
         monkeypatch.setenv(name, value)

@@ -30,14 +30,6 @@ LAG_MAX = 250.0
 #: No line is longer than this, so the reader hands every line over as bytes.
 _WHOLE = 1 << 40
 
-WANDB_ENV = {
-    "WANDB_MODE": "offline",
-    "WANDB_SILENT": "true",
-    "WANDB_DISABLE_GIT": "true",
-    "WANDB_DISABLE_CODE": "true",
-    "WANDB_ERROR_REPORTING": "false",
-}
-
 
 def run(config: LoadtestConfig) -> LoadtestReport:
     """The load test; a run whose files cannot fit on the disk is skipped, naming the
