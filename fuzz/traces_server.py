@@ -51,7 +51,8 @@ class Request:
         if self.fdp.ConsumeIntInRange(0, odds - 1):
             return right
         self.valid = False
-        return self.fdp.ConsumeBytes(self.fdp.ConsumeIntInRange(0, 64))
+        fuzzed: bytes = self.fdp.ConsumeBytes(self.fdp.ConsumeIntInRange(0, 64))
+        return fuzzed
 
     def build(self) -> tuple[dict[str, str], bytes]:
         fdp = self.fdp
