@@ -166,7 +166,7 @@ def test_a_long_dict_whose_first_items_project_past_the_limit_is_too_big() -> No
 @pytest.mark.parametrize("kind", ["list", "dict"])
 def test_a_container_projected_too_big_is_walked_to_the_same_bytes_and_errors(kind: str) -> None:
     assert csize is not None
-    # Under GROUP_BYTES in all, but its first items project to over twice that.
+    # Under GROUP_BYTES in all, but its first items project it past that.
     values = ["x" * (GROUP_BYTES // 32)] * 16 + [""] * 112
     small: Any = values if kind == "list" else {f"k{i:03}": v for i, v in enumerate(values)}
     assert csize.size([small], GROUP_BYTES, ()) > GROUP_BYTES >= reference(small, ())

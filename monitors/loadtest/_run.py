@@ -23,7 +23,7 @@ from ..base import Monitor
 from ..file import FileMonitor
 from ..lag import LagStats, LoopLagProbe
 from ..prime import PrimeMonitor
-from ..testing._wandb import wandb_offline_env
+from ..testing import wandb_offline_env
 from ..testing.episodes import Episode, EpisodeMaker
 from ..traces._layout import ROW_BYTES
 from ..wandb_monitor import WandbMonitor
