@@ -12,6 +12,8 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, settings
 
+from monitors.testing import WANDB_CREDENTIALS, wandb_offline_env
+
 # Values here are built large on purpose (long strings, big arrays, deep nesting).
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
@@ -43,6 +45,18 @@ def _fresh_wandb_session() -> Iterator[None]:
     yield
     if "wandb" in sys.modules:
         sys.modules["wandb"].teardown()
+
+
+@pytest.fixture
+def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """wandb offline, every file it writes under tmp_path, nothing sent anywhere; the folder
+    its runs go to."""
+    for name in WANDB_CREDENTIALS:
+        monkeypatch.delenv(name, raising=False)
+    env = wandb_offline_env(tmp_path / "wandb-home")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return Path(env["WANDB_DIR"])
 
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "corpus"

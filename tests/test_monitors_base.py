@@ -221,16 +221,15 @@ def test_delivery_stats_arithmetic() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("wandb_offline")
 async def test_fan_out_to_every_real_monitor(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """File, Prime (a real TracesServer) and W&B (offline) behind one Monitors: the two with
     background work must start and finish in the caller's task, so the fan-out does that."""
     from monitors import PrimeMonitor, WandbMonitor
-    from monitors.testing import TracesServer, wandb_offline_env
+    from monitors.testing import TracesServer
 
-    for name, value in wandb_offline_env(tmp_path / "wandb-home").items():
-        monkeypatch.setenv(name, value)
     episodes = [{"id": i, "text": "x" * 1000} for i in range(20)]
     with TracesServer(api_key="k") as server:
         files = FileMonitor(tmp_path / "files")

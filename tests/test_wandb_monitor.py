@@ -35,7 +35,6 @@ from wandb.proto import wandb_internal_pb2 as pb
 
 from bench.episodes import make_episode
 from monitors import DeliveryStats, LagStats, LoopLagProbe, MonitorError, WandbMonitor
-from monitors.testing import WANDB_CREDENTIALS, wandb_offline_env
 from monitors.traces import read_records
 from monitors.traces._layout import list_chunks
 
@@ -46,14 +45,9 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(autouse=True)
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """wandb offline, every file it writes under tmp_path, nothing sent anywhere."""
-    for name in WANDB_CREDENTIALS:
-        monkeypatch.delenv(name, raising=False)
-    env = wandb_offline_env(tmp_path / "wandb-home")
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return Path(env["WANDB_DIR"])
+def offline(wandb_offline: Path) -> Path:
+    """Every test here runs wandb offline; the folder its runs go to."""
+    return wandb_offline
 
 
 # -- reading an offline run back ----------------------------------------------------------

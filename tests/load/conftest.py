@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from monitors.testing import WANDB_CREDENTIALS, wandb_offline_env
-
 from .loadcheck import out_dir
 
 
@@ -19,9 +17,5 @@ def out(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(autouse=True)
-def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """wandb offline, every file it writes under tmp_path, nothing sent anywhere."""
-    for name in WANDB_CREDENTIALS:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in wandb_offline_env(tmp_path / "wandb-home").items():
-        monkeypatch.setenv(name, value)
+def _wandb_offline(wandb_offline: Path) -> None:
+    """Every load test keeps wandb offline under its own tmp_path."""
