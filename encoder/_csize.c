@@ -1,4 +1,5 @@
-/* Estimated JSON size of plain values, in one C call: the walker's "is this small?" check.
+/* Estimated JSON size of plain values, in one C call: the walker's "is this small?" check,
+ * and its plan of a short block made from those estimates.
  *
  * The pure-Python check (``Walker.size``) costs 25-45 ns a node, two to three times what
  * orjson spends writing the node; this one costs a few. It reads types and lengths only and
@@ -259,9 +260,274 @@ csize_numbers(PyObject *module, PyObject *values)
     return PyLong_FromSsize_t((floats ? 20 : 8) * n);
 }
 
+/* Kinds of a plan segment, as in _walk.py: a run written together, one element alone
+ * (not plain JSON), one element alone because it is large. */
+#define RUN 0
+#define ALONE 1
+#define ALONE_BIG 2
+/* Blocks this short are planned (PLAN_ELEMENTS in _walk.py); a large element this short
+ * gets the sizes of its own elements measured on the way, for its own plan. */
+#define PLAN_ELEMENTS 32
+
+/* One element's estimate from 0, as ``size([value], ...)`` gives it. When the element is a
+ * plain container short enough to be planned itself, its elements' estimates are recorded in
+ * ``sizes`` (-1 where not known: not reached before the limit, or too deep to tell) and
+ * ``*count`` is set to how many it holds; else ``*count`` stays -1. */
+static Py_ssize_t
+measure(State *s, PyObject *value, Py_ssize_t *sizes, Py_ssize_t *count)
+{
+    s->total = 0;
+    *count = -1;
+    PyTypeObject *t = Py_TYPE(value);
+    PyObject **items = NULL;
+    Py_ssize_t n;
+    if (t == &PyList_Type) {
+        items = ((PyListObject *)value)->ob_item;
+        n = PyList_GET_SIZE(value);
+    }
+    else if (t == &PyTuple_Type) {
+        items = ((PyTupleObject *)value)->ob_item;
+        n = PyTuple_GET_SIZE(value);
+    }
+    else if (t == &PyDict_Type) {
+        n = PyDict_GET_SIZE(value);
+    }
+    else {
+        add(s, value, 0);
+        return s->total;
+    }
+    if (n == 0 || n > PLAN_ELEMENTS) {
+        add(s, value, 0);
+        return s->total;
+    }
+    /* The same sums as add_items / add_dict, element by element. */
+    *count = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        sizes[i] = -1;
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *item;
+    s->total = items != NULL ? 2 + n : 2;
+    if (items != NULL && s->total > s->limit) {
+        return s->total;
+    }
+    for (;; i++) {
+        if (items != NULL) {
+            if (i >= n) {
+                break;
+            }
+            item = items[i];
+        }
+        else {
+            if (!PyDict_Next(value, &pos, &key, &item)) {
+                break;
+            }
+            s->total += Py_TYPE(key) == &PyUnicode_Type ? PyUnicode_GET_LENGTH(key) + 4 : 24;
+        }
+        Py_ssize_t before = s->total;
+        int stop = add_leaf(s, item) ? s->total > s->limit : add(s, item, 1);
+        if (s->total == DEEP) {
+            return DEEP; /* sizes[i] stays unknown: measured alone it may not be too deep */
+        }
+        if (s->total == BIG) {
+            sizes[i] = BIG;
+            return BIG;
+        }
+        Py_ssize_t own = s->total - before;
+        if (!stop || own > s->limit) {
+            sizes[i] = own;
+        }
+        if (stop) {
+            break;
+        }
+    }
+    return s->total;
+}
+
+PyDoc_STRVAR(plan_doc,
+"plan(block, is_map, limit, leaves, sizes, /) -> (list, bool)\n\n"
+"The walker's plan of a short block (a list of values, or of (key, value) pairs when\n"
+"``is_map``): segments ``(start, end, kind)``, runs of elements up to ``limit`` estimated\n"
+"bytes written together and large ones alone, as ``Walker.plan`` makes them from ``size``.\n"
+"A large plain container short enough to be planned itself comes as ``(start, end, kind,\n"
+"sizes)``, ``sizes`` being its elements' estimates as far as they were measured (-1 where\n"
+"not), to pass back here for its own plan. ``sizes`` (or None) are such estimates for this\n"
+"block's elements. The bool says a value nested deeper than orjson writes was met.");
+
+typedef struct {
+    Py_ssize_t start, end, count; /* count: how many of ``sizes`` belong to this segment */
+    int kind;
+    Py_ssize_t sizes[PLAN_ELEMENTS];
+} Segment;
+
+/* The plan is worked out first and built as Python objects after: an allocation may run a
+ * garbage collection, and so Python code, which must not happen while items are read. */
+static PyObject *
+build_plan(Segment *segments, Py_ssize_t count, int deep)
+{
+    PyObject *plan = PyList_New(count);
+    if (plan == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Segment *g = &segments[i];
+        PyObject *segment;
+        if (g->count > 0) {
+            PyObject *inner = PyTuple_New(g->count);
+            if (inner == NULL) {
+                Py_DECREF(plan);
+                return NULL;
+            }
+            for (Py_ssize_t j = 0; j < g->count; j++) {
+                PyObject *v = PyLong_FromSsize_t(g->sizes[j]);
+                if (v == NULL) {
+                    Py_DECREF(inner);
+                    Py_DECREF(plan);
+                    return NULL;
+                }
+                PyTuple_SET_ITEM(inner, j, v);
+            }
+            segment = Py_BuildValue("(nniN)", g->start, g->end, g->kind, inner);
+        }
+        else {
+            segment = Py_BuildValue("(nni)", g->start, g->end, g->kind);
+        }
+        if (segment == NULL) {
+            Py_DECREF(plan);
+            return NULL;
+        }
+        PyList_SET_ITEM(plan, i, segment);
+    }
+    return Py_BuildValue("(NO)", plan, deep ? Py_True : Py_False);
+}
+
+static PyObject *
+csize_plan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "plan() takes exactly 5 arguments");
+        return NULL;
+    }
+    PyObject *block = args[0];
+    int is_map = PyObject_IsTrue(args[1]);
+    if (is_map < 0) {
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyList_CheckExact(block) && !PyTuple_CheckExact(block)) {
+        PyErr_SetString(PyExc_TypeError, "block must be a list or tuple");
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "leaves must be a tuple of types");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(block);
+    if (n > PLAN_ELEMENTS) {
+        PyErr_SetString(PyExc_ValueError, "only blocks of up to 32 elements are planned");
+        return NULL;
+    }
+    PyObject *known = args[4];
+    if (known != Py_None && (!PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) != n)) {
+        known = Py_None; /* not this block's: measure everything */
+    }
+    PyObject **elements = PySequence_Fast_ITEMS(block);
+    State s = {0, limit, args[3]};
+    Segment segments[PLAN_ELEMENTS];
+    Py_ssize_t count = 0;
+    int deep = 0;
+    Py_ssize_t run_start = -1, run_bytes = 0;
+    for (Py_ssize_t idx = 0; idx < n; idx++) {
+        PyObject *value = elements[idx], *key = NULL;
+        if (is_map) {
+            if (!PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) != 2) {
+                PyErr_SetString(PyExc_TypeError, "a map's block holds (key, value) pairs");
+                return NULL;
+            }
+            key = PyTuple_GET_ITEM(value, 0);
+            value = PyTuple_GET_ITEM(value, 1);
+        }
+        Segment *g = &segments[count];
+        Py_ssize_t size = -1, inner = -1;
+        if (known != Py_None && PyLong_CheckExact(PyTuple_GET_ITEM(known, idx))) {
+            size = PyLong_AsSsize_t(PyTuple_GET_ITEM(known, idx));
+            if (size == -1 && PyErr_Occurred()) {
+                PyErr_Clear(); /* out of range: measure it */
+            }
+        }
+        if (size < 0) {
+            if (Py_TYPE(value) == &PyUnicode_Type) {
+                size = PyUnicode_GET_LENGTH(value) + 2;
+            }
+            else if (deep) {
+                size = BIG; /* as Walker.size just below a subtree too deep for orjson */
+            }
+            else {
+                size = measure(&s, value, g->sizes, &inner);
+                if (size == DEEP) {
+                    deep = 1;
+                    size = BIG;
+                    inner = -1;
+                }
+            }
+        }
+        if (is_map) {
+            size += Py_TYPE(key) == &PyUnicode_Type ? PyUnicode_GET_LENGTH(key) : 8;
+        }
+        if (size > limit) {
+            if (run_start >= 0) {
+                /* g is the run; the element goes in the segment after it */
+                Segment *r = g;
+                Segment *e = &segments[count + 1];
+                for (Py_ssize_t j = 0; j < inner; j++) {
+                    e->sizes[j] = r->sizes[j];
+                }
+                r->start = run_start;
+                r->end = idx;
+                r->kind = RUN;
+                r->count = 0;
+                count++;
+                g = e;
+                run_start = -1;
+            }
+            g->start = idx;
+            g->end = idx + 1;
+            g->kind = size != BIG ? ALONE_BIG : ALONE;
+            g->count = g->kind == ALONE_BIG ? inner : -1;
+            count++;
+            continue;
+        }
+        if (run_start >= 0 && run_bytes + size > limit) {
+            g->start = run_start;
+            g->end = idx;
+            g->kind = RUN;
+            g->count = 0;
+            count++;
+            run_start = -1;
+        }
+        if (run_start < 0) {
+            run_start = idx;
+            run_bytes = 0;
+        }
+        run_bytes += size;
+    }
+    if (run_start >= 0) {
+        Segment *g = &segments[count++];
+        g->start = run_start;
+        g->end = n;
+        g->kind = RUN;
+        g->count = 0;
+    }
+    return build_plan(segments, count, deep);
+}
+
 static PyMethodDef csize_methods[] = {
     {"size", (PyCFunction)(void (*)(void))csize_size, METH_FASTCALL, size_doc},
     {"numbers", (PyCFunction)csize_numbers, METH_O, numbers_doc},
+    {"plan", (PyCFunction)(void (*)(void))csize_plan, METH_FASTCALL, plan_doc},
     {NULL, NULL, 0, NULL},
 };
 

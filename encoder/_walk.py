@@ -149,12 +149,16 @@ class _Container:
         self.closer = b"}" if is_map else b"]"
         self.block = block
         self.i = 0  # next element of the block (adaptive) or next segment (planned)
-        self.plan: list[tuple[int, int, int]] | None = None
+        self.plan: list[Segment] | None = None
         self.via: list[int] = []  # objects ``default`` turned into this one (cycle check)
 
 
 #: Kinds of a planned segment: elements written together, or one element walked alone.
 _RUN, _ALONE, _ALONE_BIG = 0, 1, 2
+#: ``(start, end, kind)``, or for a large element that is short enough to be planned itself
+#: ``(start, end, _ALONE_BIG, sizes)``: its elements' estimates as far as they were measured
+#: (-1 where not), so that planning it does not read them again.
+Segment: TypeAlias = tuple[int, int, int] | tuple[int, int, int, tuple[int, ...]]
 
 
 class _Text:
@@ -445,10 +449,12 @@ class Walker:
         out: list[Piece],
         *,
         big: bool = False,
+        sizes: tuple[int, ...] | None = None,
     ) -> None:
         """Write ``obj`` whole if it is small, else push a frame that walks it.
 
-        ``big`` says the caller already found it too large to write whole.
+        ``big`` says the caller already found it too large to write whole; ``sizes`` are
+        its elements' estimates, as far as that plan measured them (see ``Segment``).
         """
         t = type(obj)
         if t is str:
@@ -493,10 +499,14 @@ class Walker:
             out.append(self.dump_leaf(obj, path))
             return
         if t is dict or (self.subclasses and isinstance(obj, dict)):
-            self.push(obj, path, depth, is_map=True, block=self.map_items(obj), whole=obj)
+            # ``sizes`` follow the dict's own order, not a sorted one.
+            known = sizes if t is dict and not self.sort else None
+            self.push(
+                obj, path, depth, is_map=True, block=self.map_items(obj), whole=obj, sizes=known
+            )
             out.append(b"{")
         elif t is list or t is tuple:
-            self.push(obj, path, depth, is_map=False, block=obj, whole=obj)
+            self.push(obj, path, depth, is_map=False, block=obj, whole=obj, sizes=sizes)
             out.append(b"[")
         elif self.subclasses and isinstance(obj, list):
             # The items themselves, as orjson takes them (not an overridden __getitem__).
@@ -623,7 +633,8 @@ class Walker:
         source: Any = None,
         is_async: bool = False,
         groups: bool = True,
-        plan: list[tuple[int, int, int]] | None = None,
+        plan: list[Segment] | None = None,
+        sizes: tuple[int, ...] | None = None,
     ) -> None:
         self.enter_container(obj, path)
         if not isinstance(block, (list, tuple)):
@@ -642,7 +653,7 @@ class Walker:
         if plan is not None:
             frame.plan = plan
         elif block and groups and len(block) <= PLAN_ELEMENTS:
-            frame.plan = self.plan(block, is_map)
+            frame.plan = self.plan(block, is_map, sizes)
         self.stack.append(frame)
 
     def pop(self, frame: _Frame) -> None:
@@ -733,10 +744,19 @@ class Walker:
             return 40  # date, time, datetime
         return _BIG
 
-    def plan(self, block: Any, is_map: bool) -> list[tuple[int, int, int]]:
+    def plan(self, block: Any, is_map: bool, sizes: tuple[int, ...] | None = None) -> list[Segment]:
         """Segments of a short block: runs of small elements written together (up to
-        ``GROUP_BYTES`` each), and elements walked alone."""
-        plan: list[tuple[int, int, int]] = []
+        ``GROUP_BYTES`` each), and elements walked alone.
+
+        ``sizes`` are estimates of the elements already measured by the plan that found this
+        block's container too large (the C check only).
+        """
+        if self.csize is not None and not self.deep_skips:
+            segments, deep = self.csize.plan(block, is_map, GROUP_BYTES, self.leaves, sizes)
+            if deep:
+                self.deep_skips = _ORJSON_DEPTH
+            return segments
+        plan: list[Segment] = []
         run_start = -1
         run_bytes = 0
         estimate = self.estimate
@@ -810,10 +830,9 @@ class Walker:
             else None
         )
 
-    def step_planned(
-        self, frame: _Container, plan: list[tuple[int, int, int]], out: list[Piece]
-    ) -> None:
-        start, end, kind = plan[frame.i]
+    def step_planned(self, frame: _Container, plan: list[Segment], out: list[Piece]) -> None:
+        segment = plan[frame.i]
+        start, end, kind = segment[0], segment[1], segment[2]
         frame.i += 1
         block = frame.block
         if kind == _RUN:
@@ -833,9 +852,18 @@ class Walker:
             frame.first = False
             out.append(piece)
             return
-        self.element(frame, start, out, big=kind == _ALONE_BIG)
+        sizes = segment[3] if len(segment) > 3 else None
+        self.element(frame, start, out, big=kind == _ALONE_BIG, sizes=sizes)
 
-    def element(self, frame: _Container, i: int, out: list[Piece], *, big: bool) -> None:
+    def element(
+        self,
+        frame: _Container,
+        i: int,
+        out: list[Piece],
+        *,
+        big: bool,
+        sizes: tuple[int, ...] | None = None,
+    ) -> None:
         """Write one element of the block on its own (it is large, or not plain JSON)."""
         if not frame.first:
             out.append(b",")
@@ -851,7 +879,7 @@ class Walker:
         else:
             value = frame.block[i]
             path = (False, frame.base + i)
-        self.enter(value, path, depth + 1, 0, out, big=big)
+        self.enter(value, path, depth + 1, 0, out, big=big, sizes=sizes)
 
     def step_adaptive(self, frame: _Container, out: list[Piece]) -> None:
         i = frame.i

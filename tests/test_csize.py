@@ -183,6 +183,102 @@ def test_a_container_projected_too_big_is_walked_to_the_same_bytes_and_errors(ki
     assert err.value.path == path
 
 
+def reference_plan(block: list[Any], is_map: bool, limit: int) -> list[tuple[int, int, int]]:
+    """``Walker.plan``'s rule, each element measured by ``size`` alone."""
+    assert csize is not None
+    plan: list[tuple[int, int, int]] = []
+    run_start, run_bytes = -1, 0
+    for idx, element in enumerate(block):
+        key, value = element if is_map else (None, element)
+        size = len(value) + 2 if type(value) is str else csize.size([value], limit, leaf_types)
+        if size == DEEP:
+            return plan  # compared no further: the walker stops measuring below this
+        if is_map:
+            size += len(key) if type(key) is str else 8
+        if size > limit:
+            if run_start >= 0:
+                plan.append((run_start, idx, 0))
+                run_start = -1
+            plan.append((idx, idx + 1, 2 if size != BIG else 1))
+            continue
+        if run_start >= 0 and run_bytes + size > limit:
+            plan.append((run_start, idx, 0))
+            run_start = -1
+        if run_start < 0:
+            run_start, run_bytes = idx, 0
+        run_bytes += size
+    if run_start >= 0:
+        plan.append((run_start, len(block), 0))
+    return plan
+
+
+def _block(value: Any) -> list[Any]:
+    return list(value.items()) if type(value) is dict else list(value)
+
+
+@needs_csize
+@given(
+    value=st.lists(sized_values, max_size=8) | st.dictionaries(st.text(max_size=8), sized_values),
+    limit=st.integers(0, 400),
+)
+def test_plan_matches_the_reference_and_its_sizes_plan_the_same(value: Any, limit: int) -> None:
+    assert csize is not None
+    is_map = type(value) is dict
+    block = _block(value)
+    plan, deep = csize.plan(block, is_map, limit, leaf_types, None)
+    expected = reference_plan(block, is_map, limit)
+    assert [segment[:3] for segment in plan][: len(expected)] == expected
+    assert not deep
+    for segment in plan:
+        if len(segment) == 4:
+            # A large short container: the sizes measured on the way are what measuring each
+            # element alone gives, and planning it with them cuts it as planning it afresh.
+            start, _, kind, sizes = segment  # type: ignore[misc]
+            assert kind == 2
+            inner = block[start][1] if is_map else block[start]
+            assert type(inner) in (list, tuple, dict)
+            assert len(sizes) == len(inner) <= 32
+            inner_block, inner_map = _block(inner), type(inner) is dict
+            for element, size in zip(inner_block, sizes, strict=True):
+                child = element[1] if inner_map else element
+                alone = csize.size([child], limit, leaf_types)
+                assert size == -1 or size == alone or (size > limit and alone > limit)
+            with_sizes, _ = csize.plan(inner_block, inner_map, limit, leaf_types, sizes)
+            afresh, _ = csize.plan(inner_block, inner_map, limit, leaf_types, None)
+            assert [g[:3] for g in with_sizes] == [g[:3] for g in afresh]
+
+
+@needs_csize
+def test_plan_reads_a_large_element_only_up_to_the_limit() -> None:
+    assert csize is not None
+    node = {"a": "x" * 300, "b": [1.5] * 40, "c": b"bytes"}  # past 400 in "b"; "c" unread
+    plan, deep = csize.plan([node, 7], False, 400, (), None)
+    assert not deep
+    assert plan[0][:3] == (0, 1, 2)
+    assert plan[1] == (1, 2, 0)
+    assert plan[0][3] == (302, -1, -1)  # type: ignore[misc]
+    # Nesting deeper than orjson writes: the element is walked, and the walker told.
+    plan, deep = csize.plan(["x", _nested(300), [1]], False, BIG - 1, (), None)
+    assert deep
+    assert plan == [(0, 1, 0), (1, 2, 1), (2, 3, 1)]
+    # Sizes that do not fit the block are ignored, not trusted.
+    assert csize.plan([1, 2], False, 400, (), (999,)) == ([(0, 2, 0)], False)
+    assert csize.plan([1, 2], False, 400, (), (999, 999)) == ([(0, 1, 2), (1, 2, 2)], False)
+
+
+@needs_csize
+def test_plan_refuses_what_it_cannot_plan() -> None:
+    assert csize is not None
+    with pytest.raises(ValueError, match="32"):
+        csize.plan([1] * 33, False, 10, (), None)
+    with pytest.raises(TypeError):
+        csize.plan([1], True, 10, (), None)  # a map's block holds pairs
+    with pytest.raises(TypeError):
+        csize.plan({"a": 1}, True, 10, (), None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        csize.plan([], False, 10, [str], None)  # type: ignore[arg-type]
+
+
 @needs_csize
 @pytest.mark.parametrize(
     ("values", "expected"),
