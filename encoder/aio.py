@@ -6,9 +6,9 @@ waits about ``2.5 * b`` plus the longest single step (see DESIGN section 3).
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable
+import types
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from time import perf_counter
 from typing import Any
 
@@ -41,8 +41,11 @@ class _Turn(threading.local):
 _turn = _Turn()
 
 
-async def _asyncio_checkpoint() -> None:
-    await asyncio.sleep(0)
+@types.coroutine
+def _asyncio_checkpoint() -> Generator[None, None, None]:
+    """One turn of the event loop, as ``asyncio.sleep(0)`` gives it (a bare yield to the task),
+    without the two coroutine frames that cost ~1% of encoding at the default budget."""
+    yield
 
 
 async def aiterencode(
