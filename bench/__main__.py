@@ -38,7 +38,7 @@ from .documents import MB, Document, Part, documents
 from .lag import GcWatch, LagStats, LoopLagProbe, idle_lag
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "encoder.json"
-BUDGETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002)
+BUDGETS = (0.0001, 0.00015, 0.00025, 0.0005, 0.001, 0.002)
 BIG = 50 * MB  # documents at least this large get ``slow_runs`` of the slow peers
 
 
