@@ -19,7 +19,7 @@ from aiohttp import web
 import monitors
 from monitors import DeliveryStats, LoopLagProbe, PrimeMonitor, UploadError
 from monitors.prime import _batch, _gzip
-from monitors.prime._body import _contains, frame
+from monitors.prime._body import SEND_BYTES, _contains, frame, new_boundary
 from monitors.prime._client import is_committed, retry_after_seconds
 from monitors.testing import TracesServer
 
@@ -544,6 +544,37 @@ def test_boundary_search_sees_pieces_and_seams() -> None:
     assert body.size == len(bytes(body))
     boundary = body.content_type.split("boundary=", 1)[1].encode()
     assert bytes(body).count(boundary) == 3  # metadata, traces, closing
+
+
+@pytest.mark.anyio
+async def test_a_body_streams_in_slices_giving_the_loop_a_turn_before_each() -> None:
+    big = bytes(range(256)) * (SEND_BYTES // 128 + 3)  # two slices and a bit
+    body = frame(b"{}", [big, b"", b"tail"], boundary=new_boundary())
+    turns = 0
+    slices: list[int] = []
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await anyio.lowlevel.checkpoint()
+            turns += 1
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(count_turns)
+        await anyio.lowlevel.checkpoint()  # let it start
+        joined = bytearray()
+        for attempt in range(2):  # a retry streams the same bytes again
+            joined.clear()
+            async for piece in body.stream():
+                assert 0 < len(piece) <= SEND_BYTES
+                slices.append(turns)
+                joined += piece
+            assert bytes(joined) == bytes(body)
+        tg.cancel_scope.cancel()
+    expected = sum(-(-len(p) // SEND_BYTES) for p in body.pieces)  # empty pieces: none
+    assert expected >= 5
+    assert len(slices) == 2 * expected
+    assert all(b > a for a, b in zip(slices, slices[1:], strict=False))  # a turn before each
 
 
 @pytest.mark.anyio
