@@ -81,7 +81,7 @@ async def aiterencode(
     clock = perf_counter
     turn = _turn
     deadline = turn.given + budget
-    # On asyncio a bare sleep(0) is anyio's checkpoint without its per-call overhead (and
+    # On asyncio a bare yield is anyio's checkpoint without its per-call overhead (and
     # without importing anyio's backend on the loop at the first call).
     give_turn = _asyncio_checkpoint if sniffio.current_async_library() == "asyncio" else checkpoint
     reply: Any = None
