@@ -108,6 +108,13 @@ add_items(State *s, PyObject **items, Py_ssize_t n, int depth)
     return 0;
 }
 
+/* A key's estimated size with its quotes, colon and comma. */
+static inline Py_ssize_t
+key_size(PyObject *key)
+{
+    return Py_TYPE(key) == &PyUnicode_Type ? PyUnicode_GET_LENGTH(key) + 4 : 24;
+}
+
 static int
 add_dict(State *s, PyObject *obj, int depth)
 {
@@ -119,12 +126,7 @@ add_dict(State *s, PyObject *obj, int depth)
         if (i++ == PREFIX && n >= 4 * PREFIX && projected_past(s, start, n)) {
             return 1;
         }
-        if (Py_TYPE(key) == &PyUnicode_Type) {
-            s->total += PyUnicode_GET_LENGTH(key) + 4;
-        }
-        else {
-            s->total += 24;
-        }
+        s->total += key_size(key);
         if (add_leaf(s, value)) {
             if (s->total > s->limit) {
                 return 1;
@@ -322,7 +324,7 @@ measure(State *s, PyObject *value, Py_ssize_t *sizes, Py_ssize_t *count)
             if (!PyDict_Next(value, &pos, &key, &item)) {
                 break;
             }
-            s->total += Py_TYPE(key) == &PyUnicode_Type ? PyUnicode_GET_LENGTH(key) + 4 : 24;
+            s->total += key_size(key);
         }
         Py_ssize_t before = s->total;
         int stop = add_leaf(s, item) ? s->total > s->limit : add(s, item, 1);
@@ -359,6 +361,15 @@ typedef struct {
     int kind;
     Py_ssize_t sizes[PLAN_ELEMENTS];
 } Segment;
+
+static void
+set_run(Segment *g, Py_ssize_t start, Py_ssize_t end)
+{
+    g->start = start;
+    g->end = end;
+    g->kind = RUN;
+    g->count = 0;
+}
 
 /* The plan is worked out first and built as Python objects after: an allocation may run a
  * garbage collection, and so Python code, which must not happen while items are read. */
@@ -485,10 +496,7 @@ csize_plan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 for (Py_ssize_t j = 0; j < inner; j++) {
                     e->sizes[j] = r->sizes[j];
                 }
-                r->start = run_start;
-                r->end = idx;
-                r->kind = RUN;
-                r->count = 0;
+                set_run(r, run_start, idx);
                 count++;
                 g = e;
                 run_start = -1;
@@ -501,10 +509,7 @@ csize_plan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             continue;
         }
         if (run_start >= 0 && run_bytes + size > limit) {
-            g->start = run_start;
-            g->end = idx;
-            g->kind = RUN;
-            g->count = 0;
+            set_run(g, run_start, idx);
             count++;
             run_start = -1;
         }
@@ -515,11 +520,7 @@ csize_plan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         run_bytes += size;
     }
     if (run_start >= 0) {
-        Segment *g = &segments[count++];
-        g->start = run_start;
-        g->end = n;
-        g->kind = RUN;
-        g->count = 0;
+        set_run(&segments[count++], run_start, n);
     }
     return build_plan(segments, count, deep);
 }
