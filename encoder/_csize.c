@@ -189,6 +189,24 @@ PyDoc_STRVAR(size_doc,
 "a str, int, float, bool, None, exact dict, list or tuple, or a type in ``leaves``, and\n"
 "``(1 << 62) + 1`` on nesting deeper than orjson writes.");
 
+/* A fresh State from the ``limit`` and ``leaves`` arguments; -1 with an exception set when
+ * they are not an int and a tuple. */
+static int
+init_state(State *s, PyObject *limit, PyObject *leaves)
+{
+    s->total = 0;
+    s->limit = PyLong_AsSsize_t(limit);
+    if (s->limit == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (!PyTuple_CheckExact(leaves)) {
+        PyErr_SetString(PyExc_TypeError, "leaves must be a tuple of types");
+        return -1;
+    }
+    s->leaves = leaves;
+    return 0;
+}
+
 static PyObject *
 csize_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -197,15 +215,10 @@ csize_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *values = args[0];
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred()) {
+    State s;
+    if (init_state(&s, args[1], args[2]) < 0) {
         return NULL;
     }
-    if (!PyTuple_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "leaves must be a tuple of types");
-        return NULL;
-    }
-    State s = {0, limit, args[2]};
     if (PyList_CheckExact(values)) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
             if (add(&s, PyList_GET_ITEM(values, i), 0)) {
@@ -282,7 +295,7 @@ measure(State *s, PyObject *value, Py_ssize_t *sizes, Py_ssize_t *count)
     *count = -1;
     PyTypeObject *t = Py_TYPE(value);
     PyObject **items = NULL;
-    Py_ssize_t n;
+    Py_ssize_t n = 0; /* stays 0 for anything but a list, tuple or dict: measured whole */
     if (t == &PyList_Type) {
         items = ((PyListObject *)value)->ob_item;
         n = PyList_GET_SIZE(value);
@@ -293,10 +306,6 @@ measure(State *s, PyObject *value, Py_ssize_t *sizes, Py_ssize_t *count)
     }
     else if (t == &PyDict_Type) {
         n = PyDict_GET_SIZE(value);
-    }
-    else {
-        add(s, value, 0);
-        return s->total;
     }
     if (n == 0 || n > PLAN_ELEMENTS) {
         add(s, value, 0);
@@ -424,16 +433,13 @@ csize_plan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (is_map < 0) {
         return NULL;
     }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
-    if (limit == -1 && PyErr_Occurred()) {
+    State s;
+    if (init_state(&s, args[2], args[3]) < 0) {
         return NULL;
     }
+    Py_ssize_t limit = s.limit;
     if (!PyList_CheckExact(block) && !PyTuple_CheckExact(block)) {
         PyErr_SetString(PyExc_TypeError, "block must be a list or tuple");
-        return NULL;
-    }
-    if (!PyTuple_CheckExact(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "leaves must be a tuple of types");
         return NULL;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(block);
@@ -446,7 +452,6 @@ csize_plan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         known = Py_None; /* not this block's: measure everything */
     }
     PyObject **elements = PySequence_Fast_ITEMS(block);
-    State s = {0, limit, args[3]};
     Segment segments[PLAN_ELEMENTS];
     Py_ssize_t count = 0;
     int deep = 0;
