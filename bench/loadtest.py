@@ -160,6 +160,17 @@ def limits(prime: list[dict[str, Any]], cpu: dict[str, float]) -> list[str]:
     return lines
 
 
+def worst_sample(r: dict[str, Any], w: dict[str, float]) -> str:
+    """A run's worst lag sample split into waiting, running, stolen and neither (ms)."""
+    lag = w["worst_lag_ms"]
+    parts = (w["worst_wait_ms"], w["worst_running_ms"], w.get("worst_stolen_ms", 0.0))
+    return (
+        f"{r['name']}, {r['network']}, {r['in_flight'] or '-'} in flight: {lag:.1f} ms = "
+        f"{parts[0]:.1f} waiting for a core + {parts[1]:.1f} running + {parts[2]:.1f} stolen "
+        f"(the machine stood still) + {max(0.0, lag - sum(parts)):.1f} neither"
+    )
+
+
 def verdicts(reports: list[dict[str, Any]]) -> list[str]:
     ours = [
         (rep, r)
@@ -186,11 +197,21 @@ def verdicts(reports: list[dict[str, Any]]) -> list[str]:
     p99 = max(ours, key=lambda x: x[1]["lag_ms"]["p99"])[1]
     mx = max(ours, key=lambda x: x[1]["lag_ms"]["max"])[1]
     ok = p99["lag_ms"]["p99"] <= 5 and mx["lag_ms"]["max"] <= 15
-    out.append(
+    line = (
         f"lag p99 <= 5 ms and max <= 15 ms, every monitor: worst p99 {p99['lag_ms']['p99']:.2f} ms "
         f"({p99['name']}, {p99['network']}), worst max {mx['lag_ms']['max']:.2f} ms ({mx['name']}, "
         f"{mx['network']}), {'met' if ok else 'NOT met'}"
     )
+    net = [r.get("lag_without_steal_ms") for _, r in ours]
+    if not ok and all(net) and net != [r["lag_ms"] for _, r in ours]:
+        net_p99 = max(n["p99"] for n in net if n)
+        net_max = max(n["max"] for n in net if n)
+        line += (
+            "; net of the moments the whole machine stood still (hypervisor steal on every "
+            f"core): worst p99 {net_p99:.2f} ms, worst max {net_max:.2f} ms, "
+            f"{'met' if net_p99 <= 5 and net_max <= 15 else 'NOT met'}"
+        )
+    out.append(line)
     big = [r for rep, r in ours if rep["config"]["episodes"] >= 10_000 and r["run"] == "prime"]
     if big:
         rss = max(r["peak_rss_bytes"] for r in big)
@@ -259,6 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     print(HEAD)
     for r in prime:
         print(row(r))
+    print()
+    print("Each run's worst lag sample, and what the loop's thread did meanwhile (schedstat):")
+    for rep in reports:
+        for r in rep["results"]:
+            w = r.get("lag_cpu_wait")
+            if w and r["run"] in ("file", "prime", "wandb"):
+                print(f"- {worst_sample(r, w)}")
     print()
     print("DESIGN targets (section 5):")
     for line in verdicts(reports):

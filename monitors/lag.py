@@ -6,6 +6,7 @@ What tests, benchmarks and the load test use to prove that logging never stalls 
 from __future__ import annotations
 
 import math
+import operator
 import os
 from dataclasses import dataclass
 from time import perf_counter
@@ -69,6 +70,39 @@ def _times(fd: int) -> tuple[int, int]:
     return int(fields[0]), int(fields[1])
 
 
+#: Per core, the time a hypervisor ran something else while the core had work (steal time,
+#: the eighth number of each ``cpuN`` line), in clock ticks (Linux).
+_STAT = "/proc/stat"
+#: A sample at least this late (ms) reads the steal counters, so that its stall is measured;
+#: between such samples they are read every ``_STEAL_EVERY`` seconds, so that what a stall
+#: is compared with is recent.
+_STEAL_OVER_MS = 1.0
+_STEAL_EVERY = 0.05
+
+
+def _open_stat(path: str) -> int | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        if not _steal(fd):
+            raise ValueError("no steal counters")
+    except (OSError, ValueError, IndexError):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _steal(fd: int) -> list[int]:
+    """Each core's steal ticks so far."""
+    return [
+        int(line.split()[8])
+        for line in os.pread(fd, 1 << 16, 0).splitlines()
+        if line.startswith(b"cpu") and line[3:4].isdigit()
+    ]
+
+
 class LoopLagProbe:
     """An async context manager sampling loop lag every ``interval`` seconds while open.
 
@@ -82,6 +116,14 @@ class LoopLagProbe:
     neither, asleep past its time (waiting for a GIL another thread held, or woken late by
     the machine). Both lists hold, for each sample, the ms of each meanwhile; elsewhere they
     stay empty.
+
+    On a virtual machine the whole machine may stand still: the hypervisor runs something
+    else, and every thread of every process waits, neither running nor queued (Linux counts
+    it as steal time). ``stolen`` holds, for each sample at least 1 ms late, the steal time
+    every core had since the counters were last read (at most ``_STEAL_EVERY`` seconds
+    before the sample), in ms and to the kernel's tick (10 ms on most machines); 0 for
+    other samples. Steal on only some cores is not counted: the loop's thread may have been
+    on another. Empty where the kernel does not tell.
     """
 
     def __init__(self, *, interval: float = 0.001) -> None:
@@ -92,6 +134,7 @@ class LoopLagProbe:
         self.times: list[float] = []
         self.cpu_waits: list[float] = []
         self.cpu_runs: list[float] = []
+        self.stolen: list[float] = []
         self._group: TaskGroup | None = None
         self._epoch = 0  # changes on pause() and resume(): a sleep spanning one is no sample
         self._paused = False
@@ -131,8 +174,13 @@ class LoopLagProbe:
     async def _run(self, started: anyio.Event) -> None:
         interval = self.interval
         samples, times, waits, runs = self.samples, self.times, self.cpu_waits, self.cpu_runs
+        stolen = self.stolen
         fd = _open_schedstat()  # in the loop's thread: "thread-self" is that thread
         ran, waited = (0, 0) if fd is None else _times(fd)
+        stat = _open_stat(_STAT)
+        tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK") if stat is not None else 0.0
+        steal = [] if stat is None else _steal(stat)
+        steal_read = perf_counter()
         started.set()
         try:
             while True:
@@ -143,17 +191,27 @@ class LoopLagProbe:
                 if fd is not None:
                     ran_before, waited_before = ran, waited
                     ran, waited = _times(fd)
+                lag = max(0.0, (now - asked - interval) * 1000.0)
+                took = 0.0
+                if stat is not None and (lag >= _STEAL_OVER_MS or now - steal_read >= _STEAL_EVERY):
+                    steal_before, steal = steal, _steal(stat)
+                    steal_read = now
+                    took = min(map(operator.sub, steal, steal_before), default=0) * tick_ms
                 if epoch != self._epoch or self._paused:
                     continue
-                samples.append(max(0.0, (now - asked - interval) * 1000.0))
+                samples.append(lag)
                 times.append(now)
                 if fd is not None:
                     waits.append((waited - waited_before) / 1e6)
                     runs.append((ran - ran_before) / 1e6)
+                if stat is not None:
+                    stolen.append(took if lag >= _STEAL_OVER_MS else 0.0)
                 self._sampled.set()
         finally:
             if fd is not None:
                 os.close(fd)
+            if stat is not None:
+                os.close(stat)
 
     def stats(self) -> LagStats:
         return LagStats.of(self.samples)

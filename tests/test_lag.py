@@ -163,3 +163,69 @@ async def test_probe_tells_a_loop_asleep_past_its_time() -> None:
         probe.cpu_runs[worst],
         probe.cpu_waits[worst],
     )
+
+
+def _stat_text(steal: list[int]) -> str:
+    """/proc/stat as Linux writes it, with these steal ticks per core."""
+    lines = [f"cpu  100 0 50 1000 0 0 0 {sum(steal)} 0 0"]
+    lines += [f"cpu{i} 50 0 25 500 0 0 0 {s} 0 0" for i, s in enumerate(steal)]
+    lines += ["intr 1 0 0", "ctxt 42", "btime 1700000000", "processes 7"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.anyio
+async def test_probe_counts_a_stall_of_the_whole_machine_as_stolen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sample during which every core lost time to the hypervisor (steal ticks in
+    /proc/stat) says how much; steal on one core only, or a sample on time, says 0."""
+    import monitors.lag as lag_module
+
+    stat = tmp_path / "stat"
+    stat.write_text(_stat_text([5, 7]))
+    monkeypatch.setattr(lag_module, "_STAT", str(stat))
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.02)
+        stat.write_text(_stat_text([7, 10]))  # every core: at least 2 ticks
+        blocked = time.perf_counter()
+        time.sleep(0.03)
+        await anyio.sleep(0.02)
+        stat.write_text(_stat_text([8, 10]))  # one core only
+        one_core = time.perf_counter()
+        time.sleep(0.03)
+        await anyio.sleep(0.02)
+    assert len(probe.stolen) == len(probe.samples)
+    first = next(i for i, t in enumerate(probe.times) if t > blocked)
+    second = next(i for i, t in enumerate(probe.times) if t > one_core)
+    assert probe.samples[first] >= 25, probe.samples
+    assert probe.samples[second] >= 25, probe.samples
+    assert probe.stolen[first] == 2 * tick_ms
+    assert probe.stolen[second] == 0.0
+    assert all(s == 0.0 for i, s in enumerate(probe.stolen) if i != first), probe.stolen
+
+
+@pytest.mark.anyio
+async def test_probe_reads_the_machines_own_steal_counters() -> None:
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.02)
+        time.sleep(0.01)
+        await anyio.sleep(0.02)
+    if sys.platform != "linux":
+        assert probe.stolen == []
+        return
+    assert len(probe.stolen) == len(probe.samples) > 10
+    assert all(s >= 0 for s in probe.stolen)
+
+
+@pytest.mark.anyio
+async def test_probe_without_steal_counters_counts_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import monitors.lag as lag_module
+
+    monkeypatch.setattr(lag_module, "_STAT", str(tmp_path / "missing"))
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.02)
+    assert probe.samples
+    assert probe.stolen == []

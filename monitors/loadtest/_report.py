@@ -77,11 +77,24 @@ def targets(report: LoadtestReport) -> list[str]:
     worst_p99 = max(ours, key=lambda r: r.lag.p99)
     worst_max = max(ours, key=lambda r: r.lag.max)
     ok = worst_p99.lag.p99 <= LAG_P99 and worst_max.lag.max <= LAG_MAX
-    lines.append(
+    line = (
         f"loop lag p99 <= {LAG_P99:g} ms and max <= {LAG_MAX:g} ms (every monitor): worst p99 "
         f"{worst_p99.lag.p99:.2f} ms ({worst_p99.name}), worst max {worst_max.lag.max:.2f} ms "
         f"({worst_max.name}) -> {_verdict(ok)}"
     )
+    if not ok:
+        net = [(r, r.lag_without_steal()) for r in ours]
+        if any(lag != r.lag for r, lag in net):
+            net_p99 = max(net, key=lambda x: x[1].p99)
+            net_max = max(net, key=lambda x: x[1].max)
+            net_ok = net_p99[1].p99 <= LAG_P99 and net_max[1].max <= LAG_MAX
+            line += (
+                "; net of the moments the whole machine stood still (hypervisor steal on "
+                f"every core, taken off each sample): worst p99 {net_p99[1].p99:.2f} ms "
+                f"({net_p99[0].name}), worst max {net_max[1].max:.2f} ms ({net_max[0].name}) "
+                f"-> {_verdict(net_ok)}"
+            )
+    lines.append(line)
     if report.config.episodes >= 10_000:
         for r in ours:
             if r.run == "prime":
@@ -96,14 +109,15 @@ def _lag_causes(name: str, w: dict[str, float]) -> str:
     """One monitor's part of the "where lag came from" sentence."""
     worst = (
         f"worst {w['worst_lag_ms']:.1f} ms: {w['worst_wait_ms']:.1f} waiting, "
-        f"{w['worst_running_ms']:.1f} running"
+        f"{w['worst_running_ms']:.1f} running, {w['worst_stolen_ms']:.1f} stolen"
     )
     if not w["samples"]:
         return f"{name} no samples over 5 ms, {worst}"
-    neither = max(0.0, 1 - w["share"] - w["running_share"])
+    neither = max(0.0, 1 - w["share"] - w["running_share"] - w["stolen_share"])
     return (
         f"{name} {w['samples']:.0f} samples over 5 ms, of their lag {w['share']:.0%} waiting, "
-        f"{w['running_share']:.0%} running, {neither:.0%} neither; {worst}"
+        f"{w['running_share']:.0%} running, {w['stolen_share']:.0%} stolen, "
+        f"{neither:.0%} neither; {worst}"
     )
 
 
@@ -178,10 +192,10 @@ def text(report: LoadtestReport) -> str:
         out.append(
             "Where lag over 5 ms came from (Linux schedstat, for the loop's thread: waiting "
             "for a core, because more threads wanted one than there are cores; running, the "
-            "loop busy with a long step or a collection; or neither, asleep past its time, "
-            "waiting for a GIL another thread held or woken late by the machine): "
-            + "; ".join(_lag_causes(r.name, w) for r, w in waits if w is not None)
-            + "."
+            "loop busy with a long step or a collection; stolen, the whole machine stopped by "
+            "its hypervisor (steal time on every core, to the kernel's clock tick); or "
+            "neither, asleep past its time, waiting for a GIL another thread held or woken "
+            "late): " + "; ".join(_lag_causes(r.name, w) for r, w in waits if w is not None) + "."
         )
     out.append(
         "CPU seconds per GB of JSON delivered (this process / the TracesServer): "

@@ -100,37 +100,65 @@ class RunResult:
     #: caused, and what share the loop's own work.
     lag_cpu_waits: list[float] = field(default_factory=list, repr=False)
     lag_cpu_runs: list[float] = field(default_factory=list, repr=False)
+    #: Per lag sample, the ms every core of the machine lost to the hypervisor meanwhile
+    #: (steal time, to the kernel's tick; ``LoopLagProbe.stolen``): the machine stood still.
+    lag_stolen: list[float] = field(default_factory=list, repr=False)
 
     def cpu_wait(self, over_ms: float = 5.0) -> dict[str, float] | None:
         """Of the lag samples over ``over_ms``: how many, and what share of their lag the
-        loop's thread spent waiting for a core (``share``) and running (``running_share``);
-        the rest it was asleep past its time. The same for the worst sample. None where the
-        kernel does not tell.
+        loop's thread spent waiting for a core (``share``), running (``running_share``) and
+        stopped with the whole machine (``stolen_share``, the hypervisor's steal); the rest
+        it was asleep past its time. The same for the worst sample. None where the kernel
+        does not tell.
 
-        A sample's window is its interval plus its lag, so its waiting and running may add up
-        to more than the lag: waiting counts first, then running, up to the lag.
+        A sample's window is its interval plus its lag, so its parts may add up to more than
+        the lag: stolen counts first (the kernel counts a thread's wait for a stolen core as
+        waiting), then waiting, then running, up to the lag.
         """
-        n = len(self.lag_samples)
-        if not n or len(self.lag_cpu_waits) != n or len(self.lag_cpu_runs) != n:
+        parts = self._lag_parts()
+        if parts is None:
             return None
-        parts = [
-            (lag, min(wait, lag), min(run, lag - min(wait, lag)))
-            for lag, wait, run in zip(
-                self.lag_samples, self.lag_cpu_waits, self.lag_cpu_runs, strict=True
-            )
-        ]
         slow = [p for p in parts if p[0] > over_ms]
-        lag_sum = sum(lag for lag, _, _ in slow)
-        worst = max(range(n), key=self.lag_samples.__getitem__)
+        lag_sum = sum(p[0] for p in slow)
+        worst = max(parts, key=lambda p: p[0])
+
+        def share(k: int) -> float:
+            return sum(p[k] for p in slow) / lag_sum if lag_sum else 0.0
+
         return {
             "over_ms": over_ms,
             "samples": len(slow),
-            "share": sum(wait for _, wait, _ in slow) / lag_sum if lag_sum else 0.0,
-            "running_share": sum(run for _, _, run in slow) / lag_sum if lag_sum else 0.0,
-            "worst_lag_ms": parts[worst][0],
-            "worst_wait_ms": parts[worst][1],
-            "worst_running_ms": parts[worst][2],
+            "share": share(1),
+            "running_share": share(2),
+            "stolen_share": share(3),
+            "worst_lag_ms": worst[0],
+            "worst_wait_ms": worst[1],
+            "worst_running_ms": worst[2],
+            "worst_stolen_ms": worst[3],
         }
+
+    def _lag_parts(self) -> list[tuple[float, float, float, float]] | None:
+        """Per sample: lag, and of it the ms waiting, running and stolen (see ``cpu_wait``)."""
+        n = len(self.lag_samples)
+        if not n or len(self.lag_cpu_waits) != n or len(self.lag_cpu_runs) != n:
+            return None
+        stolen = self.lag_stolen if len(self.lag_stolen) == n else [0.0] * n
+        parts = []
+        for lag, wait, run, took in zip(
+            self.lag_samples, self.lag_cpu_waits, self.lag_cpu_runs, stolen, strict=True
+        ):
+            took = min(took, lag)
+            wait = min(wait, lag - took)
+            parts.append((lag, wait, min(run, lag - took - wait), took))
+        return parts
+
+    def lag_without_steal(self) -> LagStats:
+        """Lag with each sample's stolen ms taken off: what the loop's own work and this
+        machine's threads caused, without the moments the whole machine stood still."""
+        parts = self._lag_parts()
+        if parts is None or len(self.lag_stolen) != len(parts):
+            return self.lag
+        return LagStats.of([lag - took for lag, _, _, took in parts])
 
     @property
     def lost_total(self) -> int:
@@ -182,6 +210,10 @@ class RunResult:
             "error": self.error,
             "lag_trace_ms": {"bin_s": LAG_TRACE_BIN, "max": self.lag_trace(LAG_TRACE_BIN)},
             "lag_cpu_wait": self.cpu_wait(),
+            "lag_without_steal_ms": {
+                "p99": self.lag_without_steal().p99,
+                "max": self.lag_without_steal().max,
+            },
         }
 
     def lag_trace(self, bin_s: float = 0.1) -> list[float]:
@@ -486,6 +518,7 @@ class _Driver:
         during = samples[run:]
         result.lag_cpu_waits = probe.cpu_waits[run:]
         result.lag_cpu_runs = probe.cpu_runs[run:]
+        result.lag_stolen = probe.stolen[run:]
         result.lag = LagStats.of(during)
         result.start_lag_max = max(samples[first:run], default=0.0)
         result.lag_samples = during

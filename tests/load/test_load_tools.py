@@ -13,14 +13,16 @@ import orjson
 import pytest
 
 from monitors import FileMonitor
+from monitors.lag import LagStats
 from monitors.loadtest import (
     LoadtestConfig,
     LoadtestError,
+    LoadtestReport,
     RunResult,
     make_episodes,
     run_loadtest,
 )
-from monitors.loadtest._report import _lag_causes
+from monitors.loadtest._report import _lag_causes, targets
 from monitors.loadtest.cli import main, nodewise, parse_bytes, parse_seconds, parser
 from monitors.testing.episodes import (
     BODIES,
@@ -299,30 +301,83 @@ def test_the_report_says_whether_files_went_between_runs(
     assert removed[-1].startswith("nodewise-loadtest-")
 
 
-def test_lag_over_5_ms_is_split_into_waiting_running_and_neither() -> None:
+def test_lag_over_5_ms_is_split_into_waiting_running_stolen_and_neither() -> None:
     r = RunResult(run="file", name="FileMonitor", episodes=1)
-    r.lag_samples = [0.2, 10.0, 20.0]
-    r.lag_times = [0.001, 0.012, 0.033]
-    r.lag_cpu_waits = [0.0, 4.0, 30.0]  # a sample's window is longer than its lag
-    r.lag_cpu_runs = [1.2, 3.0, 5.0]
-    # 10 ms: 4 waiting, 3 running, 3 neither; 20 ms: waiting all of it, so 0 running.
+    r.lag_samples = [0.2, 10.0, 20.0, 17.0]
+    r.lag_times = [0.001, 0.012, 0.033, 0.051]
+    r.lag_cpu_waits = [0.0, 4.0, 30.0, 0.1]  # a sample's window is longer than its lag
+    r.lag_cpu_runs = [1.2, 3.0, 5.0, 0.9]
+    r.lag_stolen = [0.0, 0.0, 10.0, 20.0]  # to the tick: may be more than the lag
+    # 10 ms: 4 waiting, 3 running, 3 neither; 20 ms: 10 stolen, then waiting the rest;
+    # 17 ms: stolen all of it.
     assert r.cpu_wait() == {
         "over_ms": 5.0,
-        "samples": 2,
-        "share": pytest.approx(24 / 30),
-        "running_share": pytest.approx(3 / 30),
+        "samples": 3,
+        "share": pytest.approx(14 / 47),
+        "running_share": pytest.approx(3 / 47),
+        "stolen_share": pytest.approx(27 / 47),
         "worst_lag_ms": 20.0,
-        "worst_wait_ms": 20.0,
+        "worst_wait_ms": 10.0,
         "worst_running_ms": 0.0,
+        "worst_stolen_ms": 10.0,
     }
     assert r.to_dict()["lag_cpu_wait"] == r.cpu_wait()
     assert _lag_causes(r.name, r.cpu_wait() or {}) == (
-        "FileMonitor 2 samples over 5 ms, of their lag 80% waiting, 10% running, 10% neither; "
-        "worst 20.0 ms: 20.0 waiting, 0.0 running"
+        "FileMonitor 3 samples over 5 ms, of their lag 30% waiting, 6% running, 57% stolen, "
+        "6% neither; worst 20.0 ms: 10.0 waiting, 0.0 running, 10.0 stolen"
     )
-    r.lag_samples = [0.2, 4.0, 1.0]
+    # Without the steal: 0.2, 10, 10 and 0 ms.
+    assert r.lag_without_steal().max == 10.0
+    assert r.lag_without_steal().count == 4
+    assert r.to_dict()["lag_without_steal_ms"]["max"] == 10.0
+    r.lag_samples = [0.2, 4.0, 1.0, 0.5]
     assert _lag_causes(r.name, r.cpu_wait() or {}) == (
-        "FileMonitor no samples over 5 ms, worst 4.0 ms: 4.0 waiting, 0.0 running"
+        "FileMonitor no samples over 5 ms, worst 4.0 ms: 4.0 waiting, 0.0 running, 0.0 stolen"
     )
+    r.lag_stolen = []  # the kernel did not tell the steal: none is counted
+    r.lag_samples = [0.2, 10.0, 20.0, 17.0]
+    assert (r.cpu_wait() or {})["stolen_share"] == 0.0
+    assert r.lag_without_steal() == r.lag
     r.lag_cpu_runs = []  # the kernel did not tell
     assert r.cpu_wait() is None
+    assert r.lag_without_steal() == r.lag
+
+
+def _report_of(*results: RunResult) -> LoadtestReport:
+    return LoadtestReport(
+        config=LoadtestConfig(monitors=("file",), episodes=1, size=200_000, progress=False),
+        results=list(results),
+        idle_lag=LagStats.of([]),
+        json_bytes=0,
+        rss_per_run=True,
+        machine={},
+        seconds=0.0,
+    )
+
+
+def test_the_lag_target_is_judged_as_measured_and_said_net_of_steal_too() -> None:
+    r = RunResult(run="file", name="FileMonitor", episodes=1)
+    r.lag_samples = [0.5] * 200 + [9.0, 17.0]
+    r.lag_times = [i / 1000 for i in range(len(r.lag_samples))]
+    r.lag_cpu_waits = [0.0] * len(r.lag_samples)
+    r.lag_cpu_runs = [0.2] * len(r.lag_samples)
+    r.lag_stolen = [0.0] * 201 + [10.0]
+    r.lag = LagStats.of(r.lag_samples)
+    (line,) = [t for t in targets(_report_of(r)) if t.startswith("loop lag")]
+    assert "worst max 17.00 ms (FileMonitor) -> NOT met;" in line
+    assert line.endswith("worst max 9.00 ms (FileMonitor) -> met"), line
+    # Steal that leaves the loop's own lag over the target: NOT met either way.
+    r.lag_stolen = [0.0] * 201 + [0.0]
+    (line,) = [t for t in targets(_report_of(r)) if t.startswith("loop lag")]
+    assert line.endswith("worst max 17.00 ms (FileMonitor) -> NOT met"), line
+    r.lag_samples[-1] = 30.0
+    r.lag_stolen[-1] = 10.0
+    r.lag = LagStats.of(r.lag_samples)
+    (line,) = [t for t in targets(_report_of(r)) if t.startswith("loop lag")]
+    assert "-> NOT met; net of" in line
+    assert line.endswith("worst max 20.00 ms (FileMonitor) -> NOT met"), line
+    # Met as measured: nothing more is said.
+    r.lag_samples[-1] = 12.0
+    r.lag = LagStats.of(r.lag_samples)
+    (line,) = [t for t in targets(_report_of(r)) if t.startswith("loop lag")]
+    assert line.endswith("worst max 12.00 ms (FileMonitor) -> met"), line
