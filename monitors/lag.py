@@ -9,7 +9,7 @@ import math
 import operator
 import os
 from dataclasses import dataclass
-from time import perf_counter
+from time import perf_counter, thread_time_ns
 from types import TracebackType
 
 import anyio
@@ -47,7 +47,7 @@ class LagStats:
 
 
 #: Per thread, the kernel's time spent on a core and time spent waiting on a runqueue, in ns
-#: (Linux, schedstat).
+#: (Linux, schedstat; only the wait is read from it, see ``_times``).
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
@@ -65,9 +65,13 @@ def _open_schedstat() -> int | None:
 
 
 def _times(fd: int) -> tuple[int, int]:
-    """ns this thread has run, and ns it has waited for a core."""
-    fields = os.pread(fd, 128, 0).split()
-    return int(fields[0]), int(fields[1])
+    """ns this thread has run, and ns it has waited for a core.
+
+    The run time is the thread's CPU clock, exact to the call; schedstat's own first field
+    is only brought up to date at the scheduler's next tick or switch (up to a few ms late
+    for a thread that is running)."""
+    waited = int(os.pread(fd, 128, 0).split()[1])
+    return thread_time_ns(), waited
 
 
 #: Per core, the time a hypervisor ran something else while the core had work (steal time,
@@ -110,8 +114,9 @@ class LoopLagProbe:
     while running or after exit; ``samples`` holds the raw values in ms, with ``times`` (the
     ``perf_counter`` of each wake-up) for plotting lag over time.
 
-    A late wake-up has three causes, told apart where the kernel tells (Linux schedstat):
-    the loop's thread was running (a step that ran long, a garbage collection): ``cpu_runs``;
+    A late wake-up has three causes, told apart where the kernel tells (Linux schedstat, and
+    the thread's CPU clock): the loop's thread was running (a step that ran long, a garbage
+    collection): ``cpu_runs``;
     it was ready but had no core (more runnable threads than cores): ``cpu_waits``; or it did
     neither, asleep past its time (waiting for a GIL another thread held, or woken late by
     the machine). Both lists hold, for each sample, the ms of each meanwhile; elsewhere they

@@ -21,7 +21,7 @@ import anyio
 
 from ..base import Monitor
 from ..file import FileMonitor
-from ..lag import LagStats, LoopLagProbe
+from ..lag import LagStats, LoopLagProbe, _open_schedstat, _times
 from ..prime import PrimeMonitor
 from ..testing import wandb_offline_env
 from ..testing.episodes import Episode, EpisodeMaker
@@ -72,6 +72,11 @@ class RunResult:
     log_calls: int = 0
     slowest_log: float = 0.0
     slowest_log_subset: str = ""
+    #: During the slowest log call, the ms the loop's thread waited for a core and ran
+    #: (Linux schedstat; None elsewhere): a call that only queues, yet took long, was most
+    #: likely its thread off its core.
+    slowest_log_waiting: float | None = None
+    slowest_log_running: float | None = None
     #: Lag from the first log call to the end of finalize; ``start_lag_max`` during start.
     lag: LagStats = field(default_factory=lambda: LagStats.of([]))
     start_lag_max: float = 0.0
@@ -187,6 +192,8 @@ class RunResult:
             "log_calls": self.log_calls,
             "slowest_log_ms": self.slowest_log * 1e3,
             "slowest_log_subset": self.slowest_log_subset,
+            "slowest_log_waiting_ms": self.slowest_log_waiting,
+            "slowest_log_running_ms": self.slowest_log_running,
             "lag_ms": {
                 "count": self.lag.count,
                 "p50": self.lag.p50,
@@ -415,6 +422,7 @@ class _Driver:
         self.submitted_bytes = 0
         self._seen = 0
         self._lag_max = 0.0
+        self._schedstat: int | None = None  # this thread's, while run() runs
 
     async def _room(self) -> None:
         ahead = self.config.ahead
@@ -427,6 +435,8 @@ class _Driver:
     async def _log(self, batch: list[Episode], step: int, subset: Any) -> None:
         await self._room()
         result = self.result
+        fd = self._schedstat
+        before = None if fd is None else _times(fd)
         t0 = time.perf_counter()
         await self.monitor.log_episodes(batch, step=step, subset=subset)
         spent = time.perf_counter() - t0
@@ -435,6 +445,10 @@ class _Driver:
         if spent > result.slowest_log:
             result.slowest_log = spent
             result.slowest_log_subset = f"{subset} ({len(batch)} episode(s))"
+            if fd is not None and before is not None:
+                ran, waited = _times(fd)
+                result.slowest_log_running = (ran - before[0]) / 1e6
+                result.slowest_log_waiting = (waited - before[1]) / 1e6
 
     def _show(self, probe: LoopLagProbe) -> None:
         """Bring the progress bar up to date (a few tens of µs on the loop)."""
@@ -485,6 +499,7 @@ class _Driver:
                 gc.freeze()
                 probe.resume()
             self.started = time.perf_counter()
+            self._schedstat = _open_schedstat()
             watch = _GcWatch()
             gc.callbacks.append(watch)
             watch.active = True
@@ -505,6 +520,9 @@ class _Driver:
                 t_end = time.perf_counter()
                 watch.active = False
                 gc.callbacks.remove(watch)
+                if self._schedstat is not None:
+                    os.close(self._schedstat)
+                    self._schedstat = None
                 if config.gc_freeze:
                     gc.unfreeze()
                 ticker.cancel_scope.cancel()

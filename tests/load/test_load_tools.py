@@ -149,6 +149,14 @@ def test_cli_runs_and_reports_json(capsys: pytest.CaptureFixture[str], tmp_path:
         assert 0 <= wait["share"] <= 1
         assert 0 <= wait["running_share"] <= 1 - wait["share"] + 1e-9
         assert 0 <= wait["worst_running_ms"] <= wait["worst_lag_ms"] - wait["worst_wait_ms"]
+        assert 0 <= wait["stolen_share"] <= 1 - wait["share"] - wait["running_share"] + 1e-9
+        assert r["lag_without_steal_ms"]["max"] <= r["lag_ms"]["max"]
+    for run in ("file", "prime"):  # what the loop's thread did during the slowest log call
+        r = runs[run]
+        waiting, running = r["slowest_log_waiting_ms"], r["slowest_log_running_ms"]
+        assert waiting >= 0, r
+        assert running > 0, r
+        assert waiting + running <= r["slowest_log_ms"] + 0.05, r
 
 
 def test_cli_prints_the_table_and_writes_json_to_a_file(
@@ -376,6 +384,17 @@ def test_the_lag_target_is_judged_as_measured_and_said_net_of_steal_too() -> Non
     (line,) = [t for t in targets(_report_of(r)) if t.startswith("loop lag")]
     assert "-> NOT met; net of" in line
     assert line.endswith("worst max 20.00 ms (FileMonitor) -> NOT met"), line
+    # The slowest log call, with what the loop's thread did meanwhile where it is known.
+    p = RunResult(run="prime", name="PrimeMonitor", episodes=1, slowest_log=0.00308)
+    p.lag = LagStats.of([0.5])
+    (line,) = [t for t in targets(_report_of(p)) if t.startswith("slowest log()")]
+    assert line == "slowest log() <= 1 ms (PrimeMonitor): 3.08 ms -> NOT met"
+    p.slowest_log_waiting, p.slowest_log_running = 2.9, 0.12
+    (line,) = [t for t in targets(_report_of(p)) if t.startswith("slowest log()")]
+    assert line == (
+        "slowest log() <= 1 ms (PrimeMonitor): 3.08 ms (the loop's thread meanwhile: 2.90 ms "
+        "waiting for a core, 0.12 ms running) -> NOT met"
+    )
     # Met as measured: nothing more is said.
     r.lag_samples[-1] = 12.0
     r.lag = LagStats.of(r.lag_samples)
