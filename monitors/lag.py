@@ -64,13 +64,18 @@ def _open_schedstat() -> int | None:
     return fd
 
 
+def _waited(fd: int) -> int:
+    """ns this thread has waited for a core."""
+    return int(os.pread(fd, 128, 0).split()[1])
+
+
 def _times(fd: int) -> tuple[int, int]:
     """ns this thread has run, and ns it has waited for a core.
 
     The run time is the thread's CPU clock, exact to the call; schedstat's own first field
     is only brought up to date at the scheduler's next tick or switch (up to a few ms late
     for a thread that is running)."""
-    waited = int(os.pread(fd, 128, 0).split()[1])
+    waited = _waited(fd)
     return thread_time_ns(), waited
 
 

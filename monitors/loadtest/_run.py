@@ -21,7 +21,7 @@ import anyio
 
 from ..base import Monitor
 from ..file import FileMonitor
-from ..lag import LagStats, LoopLagProbe, _open_schedstat, _times
+from ..lag import LagStats, LoopLagProbe, _open_schedstat, _waited
 from ..prime import PrimeMonitor
 from ..testing import wandb_offline_env
 from ..testing.episodes import Episode, EpisodeMaker
@@ -436,19 +436,20 @@ class _Driver:
         await self._room()
         result = self.result
         fd = self._schedstat
-        before = None if fd is None else _times(fd)
+        waited = 0 if fd is None else _waited(fd)
+        cpu = time.thread_time_ns()
         t0 = time.perf_counter()
         await self.monitor.log_episodes(batch, step=step, subset=subset)
         spent = time.perf_counter() - t0
+        cpu = time.thread_time_ns() - cpu
         result.log_calls += 1
         self.submitted_bytes += sum(e.size for e in batch)
         if spent > result.slowest_log:
             result.slowest_log = spent
             result.slowest_log_subset = f"{subset} ({len(batch)} episode(s))"
-            if fd is not None and before is not None:
-                ran, waited = _times(fd)
-                result.slowest_log_running = (ran - before[0]) / 1e6
-                result.slowest_log_waiting = (waited - before[1]) / 1e6
+            if fd is not None:
+                result.slowest_log_running = cpu / 1e6
+                result.slowest_log_waiting = (_waited(fd) - waited) / 1e6
 
     def _show(self, probe: LoopLagProbe) -> None:
         """Bring the progress bar up to date (a few tens of µs on the loop)."""
