@@ -7,7 +7,6 @@ import itertools
 import logging
 import os
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -611,40 +610,3 @@ def test_a_line_that_is_not_one_value_is_refused_through_ijson_too(
     with pytest.raises(TraceFormatError):
         list(TraceReader(tmp_path, big_line=2))
     assert list(TraceReader(tmp_path, on_error="skip", big_line=2)) == [{"next": 1}]
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("fsync", [True, False])
-async def test_writer_starts_writeback_as_it_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
-) -> None:
-    """With fsync on, each batch written asks the kernel to start writing it to disk (so the
-    fsync when a chunk rolls has little left to do); with fsync off, nothing is asked."""
-    from monitors.traces import _writer
-
-    real = _writer._start_writeback
-    if sys.platform.startswith("linux"):
-        assert real is not None
-        probe = tmp_path / "probe"
-        probe.write_bytes(b"x" * 10_000)
-        with probe.open("rb+") as f:
-            assert real(f.fileno()) == 0  # the real call, on a real file
-    else:
-        assert real is None
-    started: list[int] = []
-
-    def start(fd: int) -> object:
-        started.append(fd)
-        return None if real is None else real(fd)
-
-    monkeypatch.setattr(_writer, "_start_writeback", start)
-    record = make_record(0, 3 << 20)  # ~3 MiB: three batches and a bit
-    async with TraceWriter(tmp_path / "stream", fsync=fsync) as writer:
-        await writer.append(record)
-        data_fd = writer._data_fd
-    if fsync:
-        assert len(started) >= 3
-        assert set(started) == {data_fd}
-    else:
-        assert started == []
-    assert dumps_all(read_records(tmp_path / "stream")) == dumps_all([record])

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import sys
 from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -38,56 +36,23 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _writeback_starter() -> Callable[[int], object] | None:
-    """``start(fd)``: have the kernel start writing ``fd``'s dirty pages to disk, without
-    waiting for them (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``, as RocksDB's
-    ``bytes_per_sync`` does); None where there is no such call.
-
-    Without it a chunk's pages wait in the page cache until the kernel's own writeback
-    starts (at 10% of memory dirty, ~2.4 GB on a 24 GiB machine), and the fsync when the
-    chunk rolls then writes them all while an ``append`` waits: 3.0 s for 2 GB written at
-    ~165 MB/s here, against 0.5 s with writeback started after every MiB.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):  # pragma: no cover - every Linux libc has it
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-
-    def start(fd: int) -> object:
-        return call(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)  # offset 0, length 0: the whole file
-
-    return start
-
-
-_SYNC_FILE_RANGE_WRITE = 2
-_start_writeback = _writeback_starter()
-
-
-def _write_joined(fd: int, chunks: list[bytes], writeback: bool) -> None:
-    """One batch: joined here, in the worker thread, so the copy is not made on the loop;
-    then the kernel is asked to start writing it to disk (see ``_writeback_starter``)."""
+def _write_joined(fd: int, chunks: list[bytes]) -> None:
+    """One batch: joined here, in the worker thread, so the copy is not made on the loop."""
     _write_all(fd, b"".join(chunks))
-    if writeback and _start_writeback is not None:
-        _start_writeback(fd)  # advisory: an I/O error shows at the next fsync
 
 
 class _Drain:
     """The worker side of one record's write: takes batches, writes them, keeps the error."""
 
-    def __init__(self, fd: int, *, writeback: bool) -> None:
+    def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.writeback = writeback
         self.error: OSError | None = None
 
     async def run(self, batches: MemoryObjectReceiveStream[list[bytes]]) -> None:
         async with batches:
             async for chunks in batches:
                 try:
-                    await anyio.to_thread.run_sync(_write_joined, self.fd, chunks, self.writeback)
+                    await anyio.to_thread.run_sync(_write_joined, self.fd, chunks)
                 except OSError as exc:
                     self.error = exc
                     return  # closing the stream tells the encoding side to stop
@@ -244,7 +209,7 @@ class TraceWriter:
     async def _stream(self, value: Any, *, limit: int | None) -> int:
         """Encode ``value`` into the current chunk; raise ``_TooLong`` past ``limit`` bytes
         when the chunk already holds records."""
-        drain = _Drain(self._data_fd, writeback=self.fsync)
+        drain = _Drain(self._data_fd)
         send, receive = anyio.create_memory_object_stream[list[bytes]](_BATCHES_IN_FLIGHT)
         total = 0
         failure: BaseException | None = None
