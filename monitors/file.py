@@ -155,8 +155,14 @@ class FileMonitor(Monitor):
         if self._finalized:
             return
         self._finalized = True
+        failures = []
         for writer in self._streams.values():
-            await writer.close()
+            try:
+                await writer.close()
+            except TraceWriteError as exc:  # logged; the other streams still get closed
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
     def stats(self) -> DeliveryStats:
         return self._ledger.snapshot()

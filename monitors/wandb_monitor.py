@@ -19,7 +19,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .base import DeliveryStats, Ledger, Monitor, finite_metrics
-from .errors import MonitorError
+from .errors import MonitorError, TraceWriteError
 from .file import write_episodes
 from .records import Kind, Subset, check_kind, line_option
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
@@ -229,13 +229,19 @@ class WandbMonitor(Monitor):
         finally:
             # Local work and the SDK's own finish: done even if finalize is cancelled.
             with anyio.CancelScope(shield=True):
+                failures = []
                 try:
                     for stream in self._streams.values():
-                        await stream.writer.close()
+                        try:
+                            await stream.writer.close()
+                        except TraceWriteError as exc:  # logged; the files still go to W&B
+                            failures.append(exc)
                         await self._hand_over(stream, final=True)
                 finally:
                     await anyio.to_thread.run_sync(run.finish)
                     self._count_unlogged()
+                if failures:
+                    raise failures[0]
 
     def _count_unlogged(self) -> None:
         ledger = self._metrics_ledger

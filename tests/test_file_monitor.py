@@ -234,6 +234,38 @@ async def test_finalize_is_idempotent_and_closes(tmp_path: Path) -> None:
     assert monitor.stats() == DeliveryStats(5, 5, {})
 
 
+def open_files_under(root: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(root)):
+                found.append(target)
+    return found
+
+
+@pytest.mark.anyio
+async def test_a_failed_fsync_is_raised_by_finalize_after_closing_every_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monitor = FileMonitor(tmp_path, chunk_bytes=100)
+    await monitor.start()
+    episodes = [{"n": n, "pad": "x" * 80} for n in range(3)]  # one chunk each: two rolls
+    for subset in ("all", "effective"):
+        await monitor.log_episodes(episodes, step=0, subset=subset)  # type: ignore[arg-type]
+    assert monitor.stats() == DeliveryStats(6, 6, {})
+    with pytest.raises(TraceWriteError, match="Input/output error") as info:
+        await monitor.finalize()
+    assert "traces/train/all" in str(info.value)  # the first stream's error
+    assert open_files_under(tmp_path) == []  # and the second stream was closed too
+    for subset in ("all", "effective"):
+        assert list(read_records(monitor.stream_dir("train", subset))) == episodes  # type: ignore[arg-type]
+
+
 # -- a disk that fills up -----------------------------------------------------------------
 
 

@@ -3,10 +3,12 @@ recovery after a crash, and appends that fail or are cancelled part-way."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -409,6 +411,42 @@ async def test_rows_pointing_past_the_data_are_dropped(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("index_lost", [0, 2, 5])
+async def test_a_torn_rolled_chunk_is_cut_on_reopening(tmp_path: Path, index_lost: int) -> None:
+    """The machine went down before the fsync that follows a roll had finished: chunk 1
+    lost the end of its last record (and the index its last ``index_lost`` rows), while
+    chunk 2 reached the disk. Reopening cuts the torn line, drops its row, keeps every
+    other record with its row, and appending goes on in the last chunk."""
+    values, rows = await _three_chunks(tmp_path)
+    torn = rows[7]
+    assert torn.chunk == 1
+    os.truncate(chunk_path(tmp_path, 1), torn.offset + 100)
+    os.truncate(tmp_path / INDEX_NAME, (12 - index_lost) * ROW_BYTES)
+    survivors = values[:7] + values[8:]
+
+    async with TraceWriter(tmp_path, chunk_bytes=3500) as writer:
+        recovery = writer.recovery
+        assert recovery is not None
+        assert recovery.torn_bytes == 100
+        row_lost = index_lost >= 5  # the torn record's row was lost with the index's tail
+        assert recovery.dropped_rows == (0 if row_lost else 1)
+        assert recovery.rebuilt_rows == index_lost - row_lost
+        assert recovery.records == writer.records == 11
+        assert (recovery.chunk, recovery.chunk_size) == (2, rows[-1].end)
+        more = await writer.append({"after": "power loss"})
+    assert more.chunk == 2
+    assert chunk_path(tmp_path, 1).stat().st_size == torn.offset
+    assert dumps_all(read_records(tmp_path)) == dumps_all([*survivors, {"after": "power loss"}])
+    assert [read_record(tmp_path, i) for i in range(12)] == [*survivors, {"after": "power loss"}]
+    for i, row in enumerate(rows[:7] + rows[8 : 12 - index_lost]):
+        assert read_row(tmp_path, i) == row  # kept rows keep their step, kind and subset
+    assert not (tmp_path / (INDEX_NAME + ".mending")).exists()
+    async with TraceWriter(tmp_path, chunk_bytes=3500) as writer:
+        assert writer.recovery is not None
+        assert not writer.recovery.mended
+
+
+@pytest.mark.anyio
 async def test_clean_reopen_mends_nothing(tmp_path: Path) -> None:
     values = [make_record(n, 300) for n in range(6)]
     await write_stream(tmp_path, values, chunk_bytes=1000)
@@ -538,8 +576,8 @@ async def test_cancelled_append_in_a_task(tmp_path: Path) -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("why", ["full chunk", "record too long"])
 async def test_append_cancelled_while_the_chunk_rolls(tmp_path: Path, why: str) -> None:
-    """A cancellation that arrives while the old chunk is fsynced and closed (which takes
-    seconds for a 5 GiB chunk) must leave a writer that can go on appending."""
+    """A cancellation that arrives while the next chunk is being opened must leave a writer
+    that can go on appending."""
     first = make_record(0, 700)
     async with TraceWriter(tmp_path, chunk_bytes=2000) as writer:
         await writer.append(first)  # 1201 bytes
@@ -547,16 +585,16 @@ async def test_append_cancelled_while_the_chunk_rolls(tmp_path: Path, why: str) 
             await writer.append(make_record(1, 1500))  # 2174 bytes: a chunk of its own
         # and then a record of 1219 bytes: the chunk rolls first.
         kept = dumps_all(read_records(tmp_path))
-        real = writer._sync_and_close
+        real = writer._open_chunk
         with anyio.CancelScope() as scope:
 
-            def sync_and_close(fd: int) -> None:
+            def open_chunk(path: Path) -> int:
                 anyio.from_thread.run_sync(scope.cancel)
-                real(fd)
+                return real(path)
 
-            writer._sync_and_close = sync_and_close  # type: ignore[method-assign]
+            writer._open_chunk = open_chunk  # type: ignore[method-assign]
             await writer.append(make_record(2, 700))
-        writer._sync_and_close = real  # type: ignore[method-assign]
+        writer._open_chunk = real  # type: ignore[method-assign]
         assert scope.cancelled_caught
         assert dumps_all(read_records(tmp_path)) == kept
         # The writer goes on, into a chunk file of its own.
@@ -565,6 +603,87 @@ async def test_append_cancelled_while_the_chunk_rolls(tmp_path: Path, why: str) 
     expected = [*kept, *dumps_all([make_record(3, 700), make_record(4, 100)])]
     assert dumps_all(read_records(tmp_path)) == expected
     assert [orjson.dumps(read_record(tmp_path, i)) for i in range(len(expected))] == expected
+
+
+class _HeldFsync:
+    """``os.fsync`` that waits, in whichever thread calls it, until released (a disk
+    flushing gigabytes), recording the files it was asked to sync."""
+
+    def __init__(self, *, error: OSError | None = None) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.synced: list[str] = []
+        self.error = error
+
+    def __call__(self, fd: int) -> None:
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        self.started.set()
+        if not self.release.wait(30):
+            raise AssertionError("fsync never released")
+        if self.error is not None and name.endswith(".jsonl") and name != INDEX_NAME:
+            raise self.error
+        self.synced.append(name)
+
+
+@pytest.mark.anyio
+async def test_a_roll_does_not_wait_for_the_old_chunks_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appends go on in the next chunk while the rolled one is fsynced; the next roll and
+    close wait for that fsync (one in flight at most)."""
+    held = _HeldFsync()
+    monkeypatch.setattr(os, "fsync", held)
+    values = [make_record(n, 700) for n in range(3)]  # ~1.2 KB each: one per chunk
+    rows: list[IndexRow] = []
+    async with TraceWriter(tmp_path, chunk_bytes=2000) as writer:
+        with anyio.fail_after(10):  # would hang if the roll waited for the held fsync
+            rows += [await writer.append(values[0]), await writer.append(values[1])]
+        assert held.started.wait(10)
+        assert held.synced == []
+        assert [r.chunk for r in rows] == [0, 1]
+        assert dumps_all(read_records(tmp_path)) == dumps_all(values[:2])
+
+        async def third() -> None:
+            rows.append(await writer.append(values[2]))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(third)
+            await anyio.sleep(0.2)
+            assert len(rows) == 2, "the second roll did not wait for the first fsync"
+            held.release.set()
+    assert held.synced == [
+        *("00000.jsonl", INDEX_NAME),  # in the background, after the first roll
+        *("00001.jsonl", INDEX_NAME),  # after the second
+        *("00002.jsonl", INDEX_NAME),  # on close
+    ]
+    assert [r.chunk for r in rows] == [0, 1, 2]
+    assert dumps_all(read_records(tmp_path)) == dumps_all(values)
+
+
+@pytest.mark.anyio
+async def test_a_failed_fsync_is_raised_on_close_and_the_records_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    held = _HeldFsync(error=OSError(errno.EIO, "Input/output error"))
+    held.release.set()
+    monkeypatch.setattr(os, "fsync", held)
+    values = [make_record(n, 700) for n in range(3)]
+    writer = TraceWriter(tmp_path, chunk_bytes=2000)
+    with caplog.at_level(logging.ERROR, logger="monitors.traces"):
+        async with writer:
+            for v in values:
+                await writer.append(v)
+            with pytest.raises(TraceWriteError) as info:
+                await writer.close()
+    assert "fsync of chunk 0 failed" in caplog.text  # logged when it happened
+    message = str(info.value)
+    assert str(tmp_path) in message
+    for part in ("for chunk 0: ", "for chunk 1: ", "on close: ", "Input/output error"):
+        assert part in message
+    await writer.close()  # said once; closing again is quiet
+    assert dumps_all(read_records(tmp_path)) == dumps_all(values)
+    with pytest.raises(TraceWriteError, match="closed"):
+        await writer.append(values[0])
 
 
 @pytest.mark.parametrize(

@@ -223,8 +223,9 @@ class TraceStreamMachine(RuleBasedStateMachine):
         torn = 0
         if n:
             row = read_row(self.dir, -1)
-            # Only the chunk being written can be torn; a chunk that already rolled was
-            # complete (and fsynced) before the next one was started.
+            # A killed process can only tear the chunk being written: a chunk that rolled
+            # was complete before the next one started (a machine going down can tear one
+            # whose fsync had not finished: test_a_torn_rolled_chunk_is_cut_on_reopening).
             if row.chunk == last and data.draw(st.booleans(), label="cut last record"):
                 cut_data = True
                 at = data.draw(st.integers(row.offset, row.end - 1), label="cut at")

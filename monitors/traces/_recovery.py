@@ -2,7 +2,9 @@
 
 A process killed while writing leaves at most: a torn last line in the last chunk, a torn
 last index row, index rows for data that never reached the disk, and complete records whose
-index rows were never written. Torn bytes are cut off; missing rows are rebuilt from the data.
+index rows were never written. A machine that went down (power, kernel) can also leave a
+torn last line in an earlier chunk, one that rolled while its fsync was still running. Torn
+bytes are cut off; rows pointing at them are dropped; missing rows are rebuilt from the data.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Recovery:
     chunk: int  # the chunk appends continue in
     chunk_size: int  # its size in bytes
     records: int  # index rows after recovery
-    torn_bytes: int = 0  # bytes of a torn last line cut from the last chunk
+    torn_bytes: int = 0  # bytes of torn last lines cut from the chunks
     torn_row_bytes: int = 0  # bytes of a torn last index row cut
     dropped_rows: int = 0  # index rows that pointed past the data
     rebuilt_rows: int = 0  # complete records that had no index row
@@ -81,6 +83,58 @@ def _line_spans(path: Path, start: int, stop: int) -> list[tuple[int, int]]:
     return spans
 
 
+def _ends_a_line(path: Path, size: int) -> bool:
+    with open(path, "rb") as f:
+        f.seek(max(0, size - 1))
+        return size == 0 or f.read(1) == b"\n"
+
+
+def _valid(row: IndexRow | None, sizes: dict[int, int]) -> bool:
+    return row is not None and row.chunk in sizes and row.end <= sizes[row.chunk]
+
+
+def _decode(data: bytes) -> IndexRow | None:
+    try:
+        return decode_row(data)
+    except ValueError:
+        return None
+
+
+def _drop_rows_at_end(index: Path, sizes: dict[int, int]) -> tuple[int, int, IndexRow | None]:
+    """Rows kept, rows dropped and the last kept row, when only the last rows can point
+    past the data (the common case, which reads no more of the index than it must)."""
+    rows = index.stat().st_size // ROW_BYTES
+    dropped = 0
+    with open(index, "rb") as f:
+        while rows:
+            f.seek((rows - 1) * ROW_BYTES)
+            row = _decode(f.read(ROW_BYTES))
+            if _valid(row, sizes):
+                return rows, dropped, row
+            rows -= 1
+            dropped += 1
+    return 0, dropped, None
+
+
+def _drop_rows_anywhere(index: Path, sizes: dict[int, int]) -> tuple[int, int, IndexRow | None]:
+    """As ``_drop_rows_at_end``, after an earlier chunk was cut: every row is checked and
+    the index is rewritten (atomically: a crash now leaves the old one, mended next time)."""
+    data = index.read_bytes()
+    whole = len(data) // ROW_BYTES
+    kept = [
+        data[i * ROW_BYTES : (i + 1) * ROW_BYTES]
+        for i in range(whole)
+        if _valid(_decode(data[i * ROW_BYTES : (i + 1) * ROW_BYTES]), sizes)
+    ]
+    fresh = index.with_name(index.name + ".mending")
+    with open(fresh, "wb") as f:
+        f.write(b"".join(kept))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(fresh, index)
+    return len(kept), whole - len(kept), decode_row(kept[-1]) if kept else None
+
+
 def recover(directory: Path) -> Recovery:
     """Cut what a crash tore, rebuild missing index rows; return where appends go on."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -91,36 +145,30 @@ def recover(directory: Path) -> Recovery:
         chunk_path(directory, 0).touch()
         chunks = [0]
 
-    # The last chunk ends with a complete line, or the tail is cut off.
+    # Every chunk ends with a complete line, or its torn tail is cut off.
     last = chunks[-1]
-    last_path = chunk_path(directory, last)
-    size = last_path.stat().st_size
-    keep = _last_newline_end(last_path, size)
-    torn = size - keep
-    if torn:
-        os.truncate(last_path, keep)
-    sizes = {c: chunk_path(directory, c).stat().st_size for c in chunks}
+    sizes: dict[int, int] = {}
+    torn = 0
+    torn_before_last = False
+    for chunk in chunks:
+        path = chunk_path(directory, chunk)
+        size = path.stat().st_size
+        keep = size if _ends_a_line(path, size) else _last_newline_end(path, size)
+        if keep < size:
+            os.truncate(path, keep)
+            torn += size - keep
+            torn_before_last |= chunk != last
+        sizes[chunk] = keep
 
     # The index holds whole rows, each pointing at data that exists.
     index_size = index.stat().st_size
     torn_row = index_size % ROW_BYTES
-    rows = index_size // ROW_BYTES
-    dropped = 0
-    last_row: IndexRow | None = None
-    with open(index, "rb") as f:
-        while rows:
-            f.seek((rows - 1) * ROW_BYTES)
-            try:
-                row = decode_row(f.read(ROW_BYTES))
-            except ValueError:
-                row = None
-            if row is not None and row.chunk in sizes and row.end <= sizes[row.chunk]:
-                last_row = row
-                break
-            rows -= 1
-            dropped += 1
-    if torn_row or dropped:
-        os.truncate(index, rows * ROW_BYTES)
+    if torn_before_last:
+        rows, dropped, last_row = _drop_rows_anywhere(index, sizes)
+    else:
+        rows, dropped, last_row = _drop_rows_at_end(index, sizes)
+        if torn_row or dropped:
+            os.truncate(index, rows * ROW_BYTES)
 
     # Complete records after the last indexed one get their rows back.
     rebuilt: list[IndexRow] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -70,7 +71,10 @@ class TraceWriter:
     A record is encoded cooperatively on the event loop (``encoder.aiterencode``) while a
     worker thread writes the previous batch, so at most ~3 MiB are in flight. The stream
     rolls to a new chunk before a line would pass ``chunk_bytes`` (a line is never split; a
-    larger one gets a chunk of its own), and chunks are fsynced when they roll and on close.
+    larger one gets a chunk of its own). A chunk that rolls is fsynced in a thread of its
+    own while appends go on in the next one (flushing gigabytes of dirty pages can take
+    seconds on a slow disk, and an append must not wait for it); ``close`` waits for that
+    fsync, fsyncs the rest, and raises ``TraceWriteError`` if any fsync failed.
     Reopening a stream after a crash first mends it (see ``Recovery``).
     """
 
@@ -100,6 +104,9 @@ class TraceWriter:
         self._data_fd = -1
         self._index_fd = -1
         self._closed = False
+        #: The fsync of the chunk that rolled last, and what failed in any such fsync.
+        self._syncing: threading.Thread | None = None
+        self._sync_errors: list[str] = []
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -130,16 +137,27 @@ class TraceWriter:
         return found
 
     async def close(self) -> None:
-        """fsync and close the files; idempotent. Appending afterwards is an error."""
+        """Wait for a rolled chunk's fsync, fsync and close the files; idempotent.
+        Appending afterwards is an error. Raises ``TraceWriteError`` when any fsync since the
+        stream was opened failed (the records were written, but may not be on the disk)."""
         async with self._lock:
-            if self._closed:
-                return
             self._closed = True
             with anyio.CancelScope(shield=True):
+                await self._settle()
                 for fd in (self._data_fd, self._index_fd):
                     if fd >= 0:
-                        await anyio.to_thread.run_sync(self._sync_and_close, fd)
+                        try:
+                            await anyio.to_thread.run_sync(self._sync_and_close, fd)
+                        except OSError as exc:
+                            self._sync_errors.append(f"on close: {exc}")
             self._data_fd = self._index_fd = -1
+            errors, self._sync_errors = self._sync_errors, []
+            if errors:
+                log.error("trace stream %s: fsync failed %s", self.directory, "; ".join(errors))
+                raise TraceWriteError(
+                    f"trace stream {self.directory} may not be on the disk: fsync failed "
+                    + "; ".join(errors)
+                )
 
     def _sync_and_close(self, fd: int) -> None:
         try:
@@ -147,6 +165,12 @@ class TraceWriter:
                 os.fsync(fd)
         finally:
             os.close(fd)
+
+    async def _settle(self) -> None:
+        """Wait for the fsync of the chunk that rolled last (usually long done)."""
+        if self._syncing is not None:
+            await anyio.to_thread.run_sync(self._syncing.join)
+            self._syncing = None
 
     async def __aenter__(self) -> TraceWriter:
         await self.open()
@@ -258,14 +282,17 @@ class TraceWriter:
             log.error("cannot cut partial record from %s: %s", self.directory, exc)
 
     async def _roll(self) -> None:
-        """fsync and close the current chunk, start the next (shielded from cancellation:
-        a half-done switch would leave the writer holding a closed descriptor)."""
+        """Start the next chunk; fsync and close the old one in the background (shielded
+        from cancellation: a half-done switch would leave the writer holding a closed
+        descriptor)."""
         nxt = self._chunk + 1
         with anyio.CancelScope(shield=True):
+            await self._settle()  # one fsync in flight at most: the disk sets the pace
             old, self._data_fd = self._data_fd, -1
+            self._sync_later(old, self._chunk)
             try:
                 self._data_fd = await anyio.to_thread.run_sync(
-                    self._switch_chunk, old, chunk_path(self.directory, nxt)
+                    self._open_chunk, chunk_path(self.directory, nxt)
                 )
             except OSError as exc:
                 self._closed = True
@@ -274,8 +301,24 @@ class TraceWriter:
                 ) from exc
         self._chunk, self._size = nxt, 0
 
-    def _switch_chunk(self, old: int, path: Path) -> int:
-        self._sync_and_close(old)
-        if self.fsync:
-            os.fsync(self._index_fd)
+    def _open_chunk(self, path: Path) -> int:
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _sync_later(self, fd: int, chunk: int) -> None:
+        """fsync and close chunk ``chunk`` (then fsync the index, whose rows for it are
+        written) in a thread of its own; a failure is logged now and raised by ``close``."""
+        index_fd = self._index_fd
+
+        def sync() -> None:
+            try:
+                self._sync_and_close(fd)
+                if self.fsync:
+                    os.fsync(index_fd)
+            except OSError as exc:
+                log.error(
+                    "trace stream %s: fsync of chunk %d failed: %s", self.directory, chunk, exc
+                )
+                self._sync_errors.append(f"for chunk {chunk}: {exc}")
+
+        self._syncing = threading.Thread(target=sync, name=f"nodewise-fsync-{chunk}", daemon=True)
+        self._syncing.start()
