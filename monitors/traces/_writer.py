@@ -149,11 +149,11 @@ class TraceWriter:
                         try:
                             await anyio.to_thread.run_sync(self._sync_and_close, fd)
                         except OSError as exc:
+                            log.error("trace stream %s: fsync failed: %s", self.directory, exc)
                             self._sync_errors.append(f"on close: {exc}")
             self._data_fd = self._index_fd = -1
             errors, self._sync_errors = self._sync_errors, []
             if errors:
-                log.error("trace stream %s: fsync failed %s", self.directory, "; ".join(errors))
                 raise TraceWriteError(
                     f"trace stream {self.directory} may not be on the disk: fsync failed "
                     + "; ".join(errors)
