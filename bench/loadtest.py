@@ -167,7 +167,7 @@ def worst_sample(r: dict[str, Any], w: dict[str, float]) -> str:
     return (
         f"{r['name']}, {r['network']}, {r['in_flight'] or '-'} in flight: {lag:.1f} ms = "
         f"{parts[0]:.1f} waiting for a core + {parts[1]:.1f} running + {parts[2]:.1f} stolen "
-        f"(the machine stood still) + {max(0.0, lag - sum(parts)):.1f} neither"
+        f"(its core stood still) + {max(0.0, lag - sum(parts)):.1f} neither"
     )
 
 
@@ -216,8 +216,8 @@ def verdicts(reports: list[dict[str, Any]]) -> list[str]:
         net_p99 = max(n["p99"] for n in net if n)
         net_max = max(n["max"] for n in net if n)
         line += (
-            "; net of the moments the whole machine stood still (hypervisor steal on every "
-            f"core): worst p99 {net_p99:.2f} ms, worst max {net_max:.2f} ms, "
+            "; net of the moments the loop's core stood still (hypervisor steal on the "
+            f"core its thread was on): worst p99 {net_p99:.2f} ms, worst max {net_max:.2f} ms, "
             f"{'met' if net_p99 <= 5 and net_max <= 15 else 'NOT met'}"
         )
     out.append(line)

@@ -173,36 +173,76 @@ def _stat_text(steal: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _thread_stat_text(core: int) -> str:
+    """/proc/thread-self/stat as Linux writes it, for a thread last on ``core`` (field 39),
+    its name holding a space and a parenthesis as a thread's name may."""
+    fields = ["R", *("0" * 35), str(core), *("0" * 13)]
+    return f"4242 (py (loop) 1) {' '.join(fields)}\n"
+
+
+def test_the_core_is_read_from_the_thread_stat(tmp_path: Path) -> None:
+    import monitors.lag as lag_module
+
+    path = tmp_path / "stat"
+    path.write_text(_thread_stat_text(5))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert lag_module._core(fd) == 5
+    finally:
+        os.close(fd)
+    if sys.platform == "linux":
+        fd = os.open("/proc/thread-self/stat", os.O_RDONLY)
+        try:
+            assert 0 <= lag_module._core(fd) < (os.cpu_count() or 1)
+        finally:
+            os.close(fd)
+
+
 @pytest.mark.anyio
-async def test_probe_counts_a_stall_of_the_whole_machine_as_stolen(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("know_core", [True, False])
+async def test_probe_counts_the_loops_core_standing_still_as_stolen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, know_core: bool
 ) -> None:
-    """A sample during which every core lost time to the hypervisor (steal ticks in
-    /proc/stat) says how much; steal on one core only, or a sample on time, says 0."""
+    """A sample during which the loop's core lost time to the hypervisor (steal ticks in
+    /proc/stat) says how much: the core the thread is on, or, where it moved, the lesser of
+    the two; steal on another core, or a sample on time, says 0. Where the kernel does not
+    say which core, only steal on every core counts."""
     import monitors.lag as lag_module
 
     stat = tmp_path / "stat"
-    stat.write_text(_stat_text([5, 7]))
+    stat.write_text(_stat_text([5, 7, 1]))
+    thread = tmp_path / "thread-stat"
+    thread.write_text(_thread_stat_text(1))
     monkeypatch.setattr(lag_module, "_STAT", str(stat))
+    monkeypatch.setattr(lag_module, "_THREAD_STAT", str(thread if know_core else tmp_path / "no"))
     tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    stalls: list[float] = []
+
+    def stall(steal: list[int], *, core: int = 1) -> None:
+        stat.write_text(_stat_text(steal))
+        thread.write_text(_thread_stat_text(core))
+        stalls.append(time.perf_counter())
+        time.sleep(0.03)
+
     async with LoopLagProbe() as probe:
         await anyio.sleep(0.02)
-        stat.write_text(_stat_text([7, 10]))  # every core: at least 2 ticks
-        blocked = time.perf_counter()
-        time.sleep(0.03)
+        stall([7, 10, 3])  # every core: at least 2 ticks
         await anyio.sleep(0.02)
-        stat.write_text(_stat_text([8, 10]))  # one core only
-        one_core = time.perf_counter()
-        time.sleep(0.03)
+        stall([7, 14, 3])  # the loop's core only: 4 ticks
+        await anyio.sleep(0.02)
+        stall([7, 14, 8])  # another core only
+        await anyio.sleep(0.02)
+        stall([7, 17, 10], core=2)  # moved from core 1 (3 ticks) to core 2 (2 ticks)
         await anyio.sleep(0.02)
     assert len(probe.stolen) == len(probe.samples)
-    first = next(i for i, t in enumerate(probe.times) if t > blocked)
-    second = next(i for i, t in enumerate(probe.times) if t > one_core)
-    assert probe.samples[first] >= 25, probe.samples
-    assert probe.samples[second] >= 25, probe.samples
-    assert probe.stolen[first] == 2 * tick_ms
-    assert probe.stolen[second] == 0.0
-    assert all(s == 0.0 for i, s in enumerate(probe.stolen) if i != first), probe.stolen
+    at = [next(i for i, t in enumerate(probe.times) if t > s) for s in stalls]
+    assert all(probe.samples[i] >= 25 for i in at), probe.samples
+    got = [probe.stolen[i] for i in at]
+    if know_core:
+        assert got == [3 * tick_ms, 4 * tick_ms, 0.0, 2 * tick_ms]
+    else:
+        assert got == [2 * tick_ms, 0.0, 0.0, 0.0]
+    assert all(s == 0.0 for i, s in enumerate(probe.stolen) if i not in at), probe.stolen
 
 
 @pytest.mark.anyio

@@ -90,8 +90,8 @@ def targets(report: LoadtestReport) -> list[str]:
             net_max = max(net, key=lambda x: x[1].max)
             net_ok = net_p99[1].p99 <= LAG_P99 and net_max[1].max <= LAG_MAX
             line += (
-                "; net of the moments the whole machine stood still (hypervisor steal on "
-                f"every core, taken off each sample): worst p99 {net_p99[1].p99:.2f} ms "
+                "; net of the moments the loop's core stood still (hypervisor steal on "
+                f"the core its thread was on, taken off each sample): worst p99 {net_p99[1].p99:.2f} ms "
                 f"({net_p99[0].name}), worst max {net_max[1].max:.2f} ms ({net_max[0].name}) "
                 f"-> {_verdict(net_ok)}"
             )
@@ -203,8 +203,9 @@ def text(report: LoadtestReport) -> str:
         out.append(
             "Where lag over 5 ms came from (Linux schedstat, for the loop's thread: waiting "
             "for a core, because more threads wanted one than there are cores; running, the "
-            "loop busy with a long step or a collection; stolen, the whole machine stopped by "
-            "its hypervisor (steal time on every core, to the kernel's clock tick); or "
+            "loop busy with a long step or a collection; stolen, the loop's core stopped by "
+            "the hypervisor (steal time on the core its thread was on, to the kernel's clock "
+            "tick); or "
             "neither, asleep past its time, waiting for a GIL another thread held or woken "
             "late): " + "; ".join(_lag_causes(r.name, w) for r, w in waits if w is not None) + "."
         )

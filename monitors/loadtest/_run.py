@@ -105,14 +105,14 @@ class RunResult:
     #: caused, and what share the loop's own work.
     lag_cpu_waits: list[float] = field(default_factory=list, repr=False)
     lag_cpu_runs: list[float] = field(default_factory=list, repr=False)
-    #: Per lag sample, the ms every core of the machine lost to the hypervisor meanwhile
-    #: (steal time, to the kernel's tick; ``LoopLagProbe.stolen``): the machine stood still.
+    #: Per lag sample, the ms the loop's core lost to the hypervisor meanwhile (steal time,
+    #: to the kernel's tick; ``LoopLagProbe.stolen``): the core stood still.
     lag_stolen: list[float] = field(default_factory=list, repr=False)
 
     def cpu_wait(self, over_ms: float = 5.0) -> dict[str, float] | None:
         """Of the lag samples over ``over_ms``: how many, and what share of their lag the
         loop's thread spent waiting for a core (``share``), running (``running_share``) and
-        stopped with the whole machine (``stolen_share``, the hypervisor's steal); the rest
+        stopped with its core (``stolen_share``, the hypervisor's steal); the rest
         it was asleep past its time. The same for the worst sample. None where the kernel
         does not tell.
 
@@ -159,7 +159,7 @@ class RunResult:
 
     def lag_without_steal(self) -> LagStats:
         """Lag with each sample's stolen ms taken off: what the loop's own work and this
-        machine's threads caused, without the moments the whole machine stood still."""
+        machine's threads caused, without the moments the loop's core stood still."""
         parts = self._lag_parts()
         if parts is None or len(self.lag_stolen) != len(parts):
             return self.lag
