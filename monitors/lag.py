@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from time import perf_counter, thread_time_ns
 from types import TracebackType
@@ -51,17 +51,23 @@ class LagStats:
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
-def _open_schedstat() -> int | None:
+def _open_checked(path: str, check: Callable[[int], object]) -> int | None:
+    """``path`` opened for reading, if ``check`` can read what it needs from it; else None
+    (not Linux, or a kernel without that file or field)."""
     try:
-        fd = os.open(_SCHEDSTAT, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        _times(fd)
+        check(fd)
     except (OSError, ValueError, IndexError):
         os.close(fd)
         return None
     return fd
+
+
+def _open_schedstat() -> int | None:
+    return _open_checked(_SCHEDSTAT, _times)
 
 
 def _waited(fd: int) -> int:
@@ -90,35 +96,13 @@ _STEAL_OVER_MS = 1.0
 _STEAL_EVERY = 0.02
 
 
-def _open_stat(path: str) -> int | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        if not _steal(fd):
-            raise ValueError("no steal counters")
-    except (OSError, ValueError, IndexError):
-        os.close(fd)
-        return None
-    return fd
+def _some_steal(fd: int) -> None:
+    if not _steal(fd):
+        raise ValueError("no steal counters")
 
 
 #: Per thread, its state and counters; the 39th field is the core it last ran on (Linux).
 _THREAD_STAT = "/proc/thread-self/stat"
-
-
-def _open_core() -> int | None:
-    try:
-        fd = os.open(_THREAD_STAT, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        _core(fd)
-    except (OSError, ValueError, IndexError):
-        os.close(fd)
-        return None
-    return fd
 
 
 def _core(fd: int) -> int:
@@ -213,10 +197,10 @@ class LoopLagProbe:
         stolen = self.stolen
         fd = _open_schedstat()  # in the loop's thread: "thread-self" is that thread
         ran, waited = (0, 0) if fd is None else _times(fd)
-        stat = _open_stat(_STAT)
+        stat = _open_checked(_STAT, _some_steal)
         tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK") if stat is not None else 0.0
         steal = [] if stat is None else _steal(stat)
-        core_fd = _open_core() if stat is not None else None
+        core_fd = _open_checked(_THREAD_STAT, _core) if stat is not None else None
         core = -1 if core_fd is None else _core(core_fd)
         steal_read = perf_counter()
         started.set()
