@@ -121,18 +121,19 @@ def _drop_rows_anywhere(index: Path, sizes: dict[int, int]) -> tuple[int, int, I
     the index is rewritten (atomically: a crash now leaves the old one, mended next time)."""
     data = index.read_bytes()
     whole = len(data) // ROW_BYTES
-    kept = [
-        data[i * ROW_BYTES : (i + 1) * ROW_BYTES]
-        for i in range(whole)
-        if _valid(_decode(data[i * ROW_BYTES : (i + 1) * ROW_BYTES]), sizes)
-    ]
+    kept: list[tuple[bytes, IndexRow]] = []
+    for i in range(whole):
+        raw = data[i * ROW_BYTES : (i + 1) * ROW_BYTES]
+        row = _decode(raw)
+        if row is not None and _valid(row, sizes):
+            kept.append((raw, row))
     fresh = index.with_name(index.name + ".mending")
     with open(fresh, "wb") as f:
-        f.write(b"".join(kept))
+        f.write(b"".join(raw for raw, _ in kept))
         f.flush()
         os.fsync(f.fileno())
     os.replace(fresh, index)
-    return len(kept), whole - len(kept), decode_row(kept[-1]) if kept else None
+    return len(kept), whole - len(kept), kept[-1][1] if kept else None
 
 
 def recover(directory: Path) -> Recovery:
