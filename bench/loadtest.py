@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import encoder
+from monitors.loadtest._report import in_kernel
 from monitors.testing.episodes import EpisodeMaker
 
 try:
@@ -166,7 +167,8 @@ def worst_sample(r: dict[str, Any], w: dict[str, float]) -> str:
     parts = (w["worst_wait_ms"], w["worst_running_ms"], w.get("worst_stolen_ms", 0.0))
     return (
         f"{r['name']}, {r['network']}, {r['in_flight'] or '-'} in flight: {lag:.1f} ms = "
-        f"{parts[0]:.1f} waiting for a core + {parts[1]:.1f} running + {parts[2]:.1f} stolen "
+        f"{parts[0]:.1f} waiting for a core + {parts[1]:.1f} running{in_kernel(w)} + "
+        f"{parts[2]:.1f} stolen "
         f"(its core stood still) + {max(0.0, lag - sum(parts)):.1f} neither"
     )
 

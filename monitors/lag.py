@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from time import perf_counter, thread_time_ns
@@ -120,6 +121,23 @@ def _steal(fd: int) -> list[int]:
     ]
 
 
+def _thread_usage() -> Callable[[], tuple[float, int]] | None:
+    """A reader of this thread's kernel CPU time (ms) and page faults so far, or None where
+    the platform does not count them per thread (``getrusage(RUSAGE_THREAD)``, Linux)."""
+    if sys.platform != "linux":
+        return None
+    import resource
+
+    who = resource.RUSAGE_THREAD
+    usage = resource.getrusage
+
+    def read() -> tuple[float, int]:
+        u = usage(who)
+        return u.ru_stime * 1000.0, u.ru_minflt + u.ru_majflt
+
+    return read
+
+
 class LoopLagProbe:
     """An async context manager sampling loop lag every ``interval`` seconds while open.
 
@@ -133,7 +151,10 @@ class LoopLagProbe:
     it was ready but had no core (more runnable threads than cores): ``cpu_waits``; or it did
     neither, asleep past its time (waiting for a GIL another thread held, or woken late by
     the machine). Both lists hold, for each sample, the ms of each meanwhile; elsewhere they
-    stay empty.
+    stay empty. Of the running, ``cpu_kernel`` holds the ms the thread spent in the kernel
+    (to the kernel's tick, the split of an exact total) and ``faults`` the page faults it
+    took: a stall spent in the kernel faulting pages in is memory being touched afresh, not
+    a long step of Python or C code (Linux; empty elsewhere).
 
     On a virtual machine a core may stand still: the hypervisor runs something else on it,
     and the thread on it neither runs nor is queued (Linux counts it as steal time).
@@ -154,6 +175,8 @@ class LoopLagProbe:
         self.times: list[float] = []
         self.cpu_waits: list[float] = []
         self.cpu_runs: list[float] = []
+        self.cpu_kernel: list[float] = []
+        self.faults: list[int] = []
         self.stolen: list[float] = []
         self._group: TaskGroup | None = None
         self._epoch = 0  # changes on pause() and resume(): a sleep spanning one is no sample
@@ -194,9 +217,11 @@ class LoopLagProbe:
     async def _run(self, started: anyio.Event) -> None:
         interval = self.interval
         samples, times, waits, runs = self.samples, self.times, self.cpu_waits, self.cpu_runs
-        stolen = self.stolen
+        stolen, kernel, faults = self.stolen, self.cpu_kernel, self.faults
         fd = _open_schedstat()  # in the loop's thread: "thread-self" is that thread
         ran, waited = (0, 0) if fd is None else _times(fd)
+        usage = _thread_usage()  # likewise
+        in_kernel, faulted = (0.0, 0) if usage is None else usage()
         stat = _open_checked(_STAT, _some_steal)
         tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK") if stat is not None else 0.0
         steal = [] if stat is None else _steal(stat)
@@ -213,6 +238,9 @@ class LoopLagProbe:
                 if fd is not None:
                     ran_before, waited_before = ran, waited
                     ran, waited = _times(fd)
+                if usage is not None:
+                    in_kernel_before, faulted_before = in_kernel, faulted
+                    in_kernel, faulted = usage()
                 lag = max(0.0, (now - asked - interval) * 1000.0)
                 took = 0.0
                 if stat is not None and (lag >= _STEAL_OVER_MS or now - steal_read >= _STEAL_EVERY):
@@ -232,6 +260,9 @@ class LoopLagProbe:
                 if fd is not None:
                     waits.append((waited - waited_before) / 1e6)
                     runs.append((ran - ran_before) / 1e6)
+                if usage is not None:
+                    kernel.append(in_kernel - in_kernel_before)
+                    faults.append(faulted - faulted_before)
                 if stat is not None:
                     stolen.append(took if lag >= _STEAL_OVER_MS else 0.0)
                 self._sampled.set()

@@ -143,6 +143,37 @@ async def test_probe_tells_a_busy_loop_from_a_wait_for_a_core() -> None:
 
 
 @pytest.mark.anyio
+async def test_probe_tells_a_stall_in_the_kernel_faulting_pages_in_from_a_busy_step() -> None:
+    """Memory touched afresh on the loop's thread is running in the kernel, one page fault
+    a page; a step busy in Python takes (nearly) none."""
+    pages = (64 << 20) // 4096
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.02)
+        touched = time.perf_counter()
+        fresh = bytearray(pages * 4096)
+        fresh[::4096] = b"\x01" * pages  # one write a page: each page faulted in once
+        await anyio.sleep(0.02)
+        busy = time.perf_counter()
+        end = busy + 0.03
+        while time.perf_counter() < end:
+            pass
+        await anyio.sleep(0.02)
+    del fresh
+    if sys.platform != "linux":
+        assert probe.cpu_kernel == probe.faults == []
+        return
+    assert len(probe.cpu_kernel) == len(probe.faults) == len(probe.samples)
+    first_after = next(i for i, t in enumerate(probe.times) if t > touched)
+    assert probe.faults[first_after] >= pages / 2, probe.faults
+    assert probe.cpu_kernel[first_after] > 0, probe.cpu_kernel
+    after_busy = next(i for i, t in enumerate(probe.times) if t > busy)
+    assert probe.samples[after_busy] >= 25, probe.samples
+    assert probe.faults[after_busy] < pages / 100, probe.faults
+    assert all(f >= 0 for f in probe.faults)
+    assert all(k >= 0 for k in probe.cpu_kernel)
+
+
+@pytest.mark.anyio
 async def test_probe_tells_a_loop_asleep_past_its_time() -> None:
     """A loop whose thread waits for the GIL (another thread in one long C call) neither runs
     nor waits for a core meanwhile."""

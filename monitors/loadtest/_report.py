@@ -116,11 +116,19 @@ def _meanwhile(r: RunResult) -> str:
     )
 
 
+def in_kernel(w: dict[str, float]) -> str:
+    """Of a worst sample's running, what the kernel did: " (K ms in the kernel, F page
+    faults)", or "" where it does not tell."""
+    if "worst_faults" not in w:
+        return ""
+    return f" ({w['worst_kernel_ms']:.1f} in the kernel, {w['worst_faults']:.0f} page faults)"
+
+
 def _lag_causes(name: str, w: dict[str, float]) -> str:
     """One monitor's part of the "where lag came from" sentence."""
     worst = (
         f"worst {w['worst_lag_ms']:.1f} ms: {w['worst_wait_ms']:.1f} waiting, "
-        f"{w['worst_running_ms']:.1f} running, {w['worst_stolen_ms']:.1f} stolen"
+        f"{w['worst_running_ms']:.1f} running{in_kernel(w)}, {w['worst_stolen_ms']:.1f} stolen"
     )
     if not w["samples"]:
         return f"{name} no samples over 5 ms, {worst}"
@@ -203,7 +211,8 @@ def text(report: LoadtestReport) -> str:
         out.append(
             "Where lag over 5 ms came from (Linux schedstat, for the loop's thread: waiting "
             "for a core, because more threads wanted one than there are cores; running, the "
-            "loop busy with a long step or a collection; stolen, the loop's core stopped by "
+            "loop busy with a long step or a collection, or in the kernel (page faults: "
+            "memory touched afresh); stolen, the loop's core stopped by "
             "the hypervisor (steal time on the core its thread was on, to the kernel's clock "
             "tick); or "
             "neither, asleep past its time, waiting for a GIL another thread held or woken "

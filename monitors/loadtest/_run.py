@@ -105,6 +105,10 @@ class RunResult:
     #: caused, and what share the loop's own work.
     lag_cpu_waits: list[float] = field(default_factory=list, repr=False)
     lag_cpu_runs: list[float] = field(default_factory=list, repr=False)
+    #: Per lag sample, of the running, the ms in the kernel and the page faults taken
+    #: (``LoopLagProbe.cpu_kernel`` and ``faults``; empty where the kernel does not tell).
+    lag_cpu_kernel: list[float] = field(default_factory=list, repr=False)
+    lag_faults: list[int] = field(default_factory=list, repr=False)
     #: Per lag sample, the ms the loop's core lost to the hypervisor meanwhile (steal time,
     #: to the kernel's tick; ``LoopLagProbe.stolen``): the core stood still.
     lag_stolen: list[float] = field(default_factory=list, repr=False)
@@ -113,8 +117,9 @@ class RunResult:
         """Of the lag samples over ``over_ms``: how many, and what share of their lag the
         loop's thread spent waiting for a core (``share``), running (``running_share``) and
         stopped with its core (``stolen_share``, the hypervisor's steal); the rest
-        it was asleep past its time. The same for the worst sample. None where the kernel
-        does not tell.
+        it was asleep past its time. The same for the worst sample, and of its running the ms
+        in the kernel and the page faults taken (``worst_kernel_ms``, ``worst_faults``, where
+        the kernel tells). None where the kernel does not tell.
 
         A sample's window is its interval plus its lag, so its parts may add up to more than
         the lag: stolen counts first (the kernel counts a thread's wait for a stolen core as
@@ -125,11 +130,13 @@ class RunResult:
             return None
         slow = [p for p in parts if p[0] > over_ms]
         lag_sum = sum(p[0] for p in slow)
-        worst = max(parts, key=lambda p: p[0])
+        at = max(range(len(parts)), key=lambda i: parts[i][0])
+        worst = parts[at]
 
         def share(k: int) -> float:
             return sum(p[k] for p in slow) / lag_sum if lag_sum else 0.0
 
+        told = len(self.lag_cpu_kernel) == len(self.lag_faults) == len(parts)
         return {
             "over_ms": over_ms,
             "samples": len(slow),
@@ -140,6 +147,14 @@ class RunResult:
             "worst_wait_ms": worst[1],
             "worst_running_ms": worst[2],
             "worst_stolen_ms": worst[3],
+            **(
+                {
+                    "worst_kernel_ms": min(self.lag_cpu_kernel[at], worst[2]),
+                    "worst_faults": self.lag_faults[at],
+                }
+                if told
+                else {}
+            ),
         }
 
     def _lag_parts(self) -> list[tuple[float, float, float, float]] | None:
@@ -538,6 +553,8 @@ class _Driver:
         during = samples[run:]
         result.lag_cpu_waits = probe.cpu_waits[run:]
         result.lag_cpu_runs = probe.cpu_runs[run:]
+        result.lag_cpu_kernel = probe.cpu_kernel[run:]
+        result.lag_faults = probe.faults[run:]
         result.lag_stolen = probe.stolen[run:]
         result.lag = LagStats.of(during)
         result.start_lag_max = max(samples[first:run], default=0.0)

@@ -351,6 +351,29 @@ def test_lag_over_5_ms_is_split_into_waiting_running_stolen_and_neither() -> Non
     assert r.lag_without_steal() == r.lag
 
 
+def test_the_worst_samples_running_says_how_much_was_the_kernel_faulting_pages_in() -> None:
+    r = RunResult(run="file", name="FileMonitor", episodes=1)
+    r.lag_samples = [0.2, 19.0, 6.0]
+    r.lag_times = [0.001, 0.021, 0.028]
+    r.lag_cpu_waits = [0.0, 1.0, 0.0]
+    r.lag_cpu_runs = [0.2, 18.0, 6.0]
+    r.lag_stolen = [0.0, 0.0, 0.0]
+    r.lag_cpu_kernel = [0.0, 20.0, 0.1]  # to the tick: may be more than the running
+    r.lag_faults = [0, 6000, 3]
+    w = r.cpu_wait() or {}
+    assert (w["worst_running_ms"], w["worst_kernel_ms"], w["worst_faults"]) == (18.0, 18.0, 6000)
+    assert r.to_dict()["lag_cpu_wait"] == w
+    assert _lag_causes(r.name, w).endswith(
+        "worst 19.0 ms: 1.0 waiting, 18.0 running (18.0 in the kernel, 6000 page faults), "
+        "0.0 stolen"
+    )
+    r.lag_faults = []  # the kernel did not tell: nothing is said of it
+    w = r.cpu_wait() or {}
+    assert "worst_faults" not in w
+    assert "worst_kernel_ms" not in w
+    assert _lag_causes(r.name, w).endswith("worst 19.0 ms: 1.0 waiting, 18.0 running, 0.0 stolen")
+
+
 def _report_of(*results: RunResult) -> LoadtestReport:
     return LoadtestReport(
         config=LoadtestConfig(monitors=("file",), episodes=1, size=200_000, progress=False),
