@@ -121,6 +121,21 @@ def _steal(fd: int) -> list[int]:
     ]
 
 
+#: The machine's memory counters (Linux); of them, the times an allocation had to reclaim
+#: or compact memory itself before it could go on ("allocstall_*", "compact_stall"): work
+#: in the kernel, on the allocating thread, that no page fault count shows.
+_VMSTAT = "/proc/vmstat"
+
+
+def _stalls(fd: int) -> int:
+    """Direct reclaims and compactions on the machine so far."""
+    return sum(
+        int(line.split()[1])
+        for line in os.pread(fd, 1 << 16, 0).splitlines()
+        if line.startswith((b"allocstall_", b"compact_stall "))
+    )
+
+
 def _thread_usage() -> Callable[[], tuple[float, int]] | None:
     """A reader of this thread's kernel CPU time (ms) and page faults so far, or None where
     the platform does not count them per thread (``getrusage(RUSAGE_THREAD)``, Linux)."""
@@ -154,7 +169,10 @@ class LoopLagProbe:
     stay empty. Of the running, ``cpu_kernel`` holds the ms the thread spent in the kernel
     (to the kernel's tick, the split of an exact total) and ``faults`` the page faults it
     took: a stall spent in the kernel faulting pages in is memory being touched afresh, not
-    a long step of Python or C code (Linux; empty elsewhere).
+    a long step of Python or C code (Linux; empty elsewhere). ``reclaims`` holds, read with
+    the steal counters, the times any thread on the machine had to reclaim or compact memory
+    itself to allocate (Linux ``/proc/vmstat``): kernel work that takes no page fault, such
+    as finding room for a socket buffer when the page cache has filled memory.
 
     On a virtual machine a core may stand still: the hypervisor runs something else on it,
     and the thread on it neither runs nor is queued (Linux counts it as steal time).
@@ -177,6 +195,7 @@ class LoopLagProbe:
         self.cpu_runs: list[float] = []
         self.cpu_kernel: list[float] = []
         self.faults: list[int] = []
+        self.reclaims: list[int] = []
         self.stolen: list[float] = []
         self._group: TaskGroup | None = None
         self._epoch = 0  # changes on pause() and resume(): a sleep spanning one is no sample
@@ -223,6 +242,9 @@ class LoopLagProbe:
         usage = _thread_usage()  # likewise
         in_kernel, faulted = (0.0, 0) if usage is None else usage()
         stat = _open_checked(_STAT, _some_steal)
+        vmstat = _open_checked(_VMSTAT, _stalls) if stat is not None else None
+        stalls = 0 if vmstat is None else _stalls(vmstat)
+        reclaims = self.reclaims
         tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK") if stat is not None else 0.0
         steal = [] if stat is None else _steal(stat)
         core_fd = _open_checked(_THREAD_STAT, _core) if stat is not None else None
@@ -245,6 +267,8 @@ class LoopLagProbe:
                 took = 0.0
                 if stat is not None and (lag >= _STEAL_OVER_MS or now - steal_read >= _STEAL_EVERY):
                     steal_before, steal = steal, _steal(stat)
+                    if vmstat is not None:
+                        stalls_before, stalls = stalls, _stalls(vmstat)
                     steal_read = now
                     cores: Iterable[int] = range(len(steal))
                     if core_fd is not None:
@@ -265,12 +289,16 @@ class LoopLagProbe:
                     faults.append(faulted - faulted_before)
                 if stat is not None:
                     stolen.append(took if lag >= _STEAL_OVER_MS else 0.0)
+                    if vmstat is not None:
+                        reclaims.append(stalls - stalls_before if lag >= _STEAL_OVER_MS else 0)
                 self._sampled.set()
         finally:
             if fd is not None:
                 os.close(fd)
             if stat is not None:
                 os.close(stat)
+            if vmstat is not None:
+                os.close(vmstat)
             if core_fd is not None:
                 os.close(core_fd)
 

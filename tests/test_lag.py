@@ -276,6 +276,51 @@ async def test_probe_counts_the_loops_core_standing_still_as_stolen(
     assert all(s == 0.0 for i, s in enumerate(probe.stolen) if i not in at), probe.stolen
 
 
+def _vmstat_text(allocstalls: int, compactions: int) -> str:
+    """/proc/vmstat as Linux writes it: the direct reclaims split by zone, among others."""
+    return (
+        f"nr_free_pages 5000\nallocstall_dma 0\nallocstall_normal {allocstalls}\n"
+        f"allocstall_movable 2\npgscan_direct 900\ncompact_stall {compactions}\n"
+        "compact_fail 1\ncompact_stall_extra 77\n"
+    )
+
+
+@pytest.mark.anyio
+async def test_probe_counts_the_machines_direct_reclaims_in_a_late_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sample during which some thread had to reclaim or compact memory itself to allocate
+    (/proc/vmstat) says how many times; a sample on time says 0."""
+    import monitors.lag as lag_module
+
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text(_vmstat_text(3, 10))
+    monkeypatch.setattr(lag_module, "_VMSTAT", str(vmstat))
+    stalls: list[float] = []
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.02)
+        vmstat.write_text(_vmstat_text(4, 12))  # one reclaim and two compactions
+        stalls.append(time.perf_counter())
+        time.sleep(0.03)
+        await anyio.sleep(0.02)
+        stalls.append(time.perf_counter())
+        time.sleep(0.03)  # nothing reclaimed meanwhile
+        await anyio.sleep(0.02)
+    if sys.platform != "linux":
+        assert probe.reclaims == []
+        return
+    assert len(probe.reclaims) == len(probe.samples)
+    at = [next(i for i, t in enumerate(probe.times) if t > s) for s in stalls]
+    assert [probe.reclaims[i] for i in at] == [3, 0]
+    assert all(r == 0 for i, r in enumerate(probe.reclaims) if i not in at), probe.reclaims
+
+    monkeypatch.setattr(lag_module, "_VMSTAT", str(tmp_path / "missing"))
+    async with LoopLagProbe() as probe:
+        await anyio.sleep(0.02)
+    assert probe.samples
+    assert probe.reclaims == []
+
+
 @pytest.mark.anyio
 async def test_probe_reads_the_machines_own_steal_counters() -> None:
     async with LoopLagProbe() as probe:

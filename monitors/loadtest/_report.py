@@ -118,10 +118,16 @@ def _meanwhile(r: RunResult) -> str:
 
 def in_kernel(w: dict[str, float]) -> str:
     """Of a worst sample's running, what the kernel did: " (K ms in the kernel, F page
-    faults)", or "" where it does not tell."""
-    if "worst_faults" not in w:
-        return ""
-    return f" ({w['worst_kernel_ms']:.1f} in the kernel, {w['worst_faults']:.0f} page faults)"
+    faults, R direct reclaims or compactions on the machine)", as far as it tells."""
+    said = []
+    if "worst_faults" in w:
+        said += [
+            f"{w['worst_kernel_ms']:.1f} in the kernel",
+            f"{w['worst_faults']:.0f} page faults",
+        ]
+    if "worst_reclaims" in w:
+        said.append(f"{w['worst_reclaims']:.0f} direct reclaims or compactions on the machine")
+    return f" ({', '.join(said)})" if said else ""
 
 
 def _lag_causes(name: str, w: dict[str, float]) -> str:

@@ -109,6 +109,9 @@ class RunResult:
     #: (``LoopLagProbe.cpu_kernel`` and ``faults``; empty where the kernel does not tell).
     lag_cpu_kernel: list[float] = field(default_factory=list, repr=False)
     lag_faults: list[int] = field(default_factory=list, repr=False)
+    #: Per lag sample at least 1 ms late, the times a thread on the machine reclaimed or
+    #: compacted memory itself to allocate (``LoopLagProbe.reclaims``).
+    lag_reclaims: list[int] = field(default_factory=list, repr=False)
     #: Per lag sample, the ms the loop's core lost to the hypervisor meanwhile (steal time,
     #: to the kernel's tick; ``LoopLagProbe.stolen``): the core stood still.
     lag_stolen: list[float] = field(default_factory=list, repr=False)
@@ -118,8 +121,9 @@ class RunResult:
         loop's thread spent waiting for a core (``share``), running (``running_share``) and
         stopped with its core (``stolen_share``, the hypervisor's steal); the rest
         it was asleep past its time. The same for the worst sample, and of its running the ms
-        in the kernel and the page faults taken (``worst_kernel_ms``, ``worst_faults``, where
-        the kernel tells). None where the kernel does not tell.
+        in the kernel and the page faults taken (``worst_kernel_ms``, ``worst_faults``) and
+        the machine's direct reclaims and compactions meanwhile (``worst_reclaims``), where
+        the kernel tells. None where the kernel does not tell.
 
         A sample's window is its interval plus its lag, so its parts may add up to more than
         the lag: stolen counts first (the kernel counts a thread's wait for a stolen core as
@@ -153,6 +157,11 @@ class RunResult:
                     "worst_faults": self.lag_faults[at],
                 }
                 if told
+                else {}
+            ),
+            **(
+                {"worst_reclaims": self.lag_reclaims[at]}
+                if len(self.lag_reclaims) == len(parts)
                 else {}
             ),
         }
@@ -555,6 +564,7 @@ class _Driver:
         result.lag_cpu_runs = probe.cpu_runs[run:]
         result.lag_cpu_kernel = probe.cpu_kernel[run:]
         result.lag_faults = probe.faults[run:]
+        result.lag_reclaims = probe.reclaims[run:]
         result.lag_stolen = probe.stolen[run:]
         result.lag = LagStats.of(during)
         result.start_lag_max = max(samples[first:run], default=0.0)

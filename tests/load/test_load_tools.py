@@ -360,17 +360,25 @@ def test_the_worst_samples_running_says_how_much_was_the_kernel_faulting_pages_i
     r.lag_stolen = [0.0, 0.0, 0.0]
     r.lag_cpu_kernel = [0.0, 20.0, 0.1]  # to the tick: may be more than the running
     r.lag_faults = [0, 6000, 3]
+    r.lag_reclaims = [0, 2, 0]
     w = r.cpu_wait() or {}
     assert (w["worst_running_ms"], w["worst_kernel_ms"], w["worst_faults"]) == (18.0, 18.0, 6000)
+    assert w["worst_reclaims"] == 2
     assert r.to_dict()["lag_cpu_wait"] == w
     assert _lag_causes(r.name, w).endswith(
-        "worst 19.0 ms: 1.0 waiting, 18.0 running (18.0 in the kernel, 6000 page faults), "
-        "0.0 stolen"
+        "worst 19.0 ms: 1.0 waiting, 18.0 running (18.0 in the kernel, 6000 page faults, "
+        "2 direct reclaims or compactions on the machine), 0.0 stolen"
     )
     r.lag_faults = []  # the kernel did not tell: nothing is said of it
     w = r.cpu_wait() or {}
     assert "worst_faults" not in w
     assert "worst_kernel_ms" not in w
+    assert _lag_causes(r.name, w).endswith(
+        "18.0 running (2 direct reclaims or compactions on the machine), 0.0 stolen"
+    )
+    r.lag_reclaims = []
+    w = r.cpu_wait() or {}
+    assert "worst_reclaims" not in w
     assert _lag_causes(r.name, w).endswith("worst 19.0 ms: 1.0 waiting, 18.0 running, 0.0 stolen")
 
 
