@@ -209,8 +209,15 @@ async def test_offline_run_holds_every_step_and_every_episode(
         stream = monitor.stream_dir("train", "all")
         chunks_before_finalize = len(list_chunks(stream))
     during = lag_within(probe, windows)
-    summary = f"during log calls: {during}; overall: {probe.stats()}; slowest {slowest:.3f} s"
-    assert during.count >= 200, summary
+    window_ms = 1000 * sum(end - start for start, end in windows)
+    summary = (
+        f"during log calls ({window_ms:.0f} ms in all): {during}; overall: {probe.stats()}; "
+        f"slowest {slowest:.3f} s"
+    )
+    # The probe sampled all through the calls (a sample's sleep must fit inside one call, so
+    # a fast machine's short calls hold fewer: the floor scales with their time), and enough
+    # samples for a p99.
+    assert during.count >= max(50, window_ms / 8), summary
     assert during.p99 < 50, summary
     assert during.max < 250, summary
 
