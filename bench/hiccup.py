@@ -11,37 +11,23 @@ prime``) and alone.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+
+from monitors.lag import _steal
 
 GAP_S = 0.002
 STEAL_EVERY_S = 0.01
 
 
-def _steal() -> list[int]:
-    with open("/proc/stat", "rb") as f:
-        return [int(line.split()[8]) for line in f if line[:3] == b"cpu" and line[3:4].isdigit()]
-
-
 def main(argv: list[str]) -> int:
     seconds = float(argv[0]) if argv else 60.0
-    clock, cpu = time.perf_counter, time.thread_time
-    gaps: list[tuple[float, float, list[int]]] = []
-    steal = _steal()
-    read = last = clock()
-    last_cpu = cpu()
-    end = last + seconds
-    while last < end:
-        now, now_cpu = clock(), cpu()
-        if now - last > GAP_S:
-            after = _steal()
-            gaps.append(
-                (now - last, now_cpu - last_cpu, [b - a for a, b in zip(steal, after, strict=True)])
-            )
-            steal, read = after, now
-        elif now - read > STEAL_EVERY_S:
-            steal, read = _steal(), now
-        last, last_cpu = now, now_cpu
+    stat = os.open("/proc/stat", os.O_RDONLY)
+    try:
+        gaps = _spin(seconds, stat)
+    finally:
+        os.close(stat)
     running = [g for g in gaps if g[1] >= g[0] / 2]
     print(
         f"{len(gaps)} gaps over {GAP_S * 1e3:g} ms in {seconds:g} s; {len(running)} of them "
@@ -53,6 +39,28 @@ def main(argv: list[str]) -> int:
             f"since <= {STEAL_EVERY_S * 1e3:g} ms before it {stolen}"
         )
     return 0
+
+
+def _spin(seconds: float, stat: int) -> list[tuple[float, float, list[int]]]:
+    """Every gap over ``GAP_S``: its wall time, the CPU clock over it, steal ticks per core."""
+    clock, cpu = time.perf_counter, time.thread_time
+    gaps: list[tuple[float, float, list[int]]] = []
+    steal = _steal(stat)
+    read = last = clock()
+    last_cpu = cpu()
+    end = last + seconds
+    while last < end:
+        now, now_cpu = clock(), cpu()
+        if now - last > GAP_S:
+            after = _steal(stat)
+            gaps.append(
+                (now - last, now_cpu - last_cpu, [b - a for a, b in zip(steal, after, strict=True)])
+            )
+            steal, read = after, now
+        elif now - read > STEAL_EVERY_S:
+            steal, read = _steal(stat), now
+        last, last_cpu = now, now_cpu
+    return gaps
 
 
 if __name__ == "__main__":

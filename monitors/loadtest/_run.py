@@ -140,8 +140,7 @@ class RunResult:
         def share(k: int) -> float:
             return sum(p[k] for p in slow) / lag_sum if lag_sum else 0.0
 
-        told = len(self.lag_cpu_kernel) == len(self.lag_faults) == len(parts)
-        return {
+        causes: dict[str, float] = {
             "over_ms": over_ms,
             "samples": len(slow),
             "share": share(1),
@@ -151,20 +150,13 @@ class RunResult:
             "worst_wait_ms": worst[1],
             "worst_running_ms": worst[2],
             "worst_stolen_ms": worst[3],
-            **(
-                {
-                    "worst_kernel_ms": min(self.lag_cpu_kernel[at], worst[2]),
-                    "worst_faults": self.lag_faults[at],
-                }
-                if told
-                else {}
-            ),
-            **(
-                {"worst_reclaims": self.lag_reclaims[at]}
-                if len(self.lag_reclaims) == len(parts)
-                else {}
-            ),
         }
+        if len(self.lag_cpu_kernel) == len(self.lag_faults) == len(parts):
+            causes["worst_kernel_ms"] = min(self.lag_cpu_kernel[at], worst[2])
+            causes["worst_faults"] = self.lag_faults[at]
+        if len(self.lag_reclaims) == len(parts):
+            causes["worst_reclaims"] = self.lag_reclaims[at]
+        return causes
 
     def _lag_parts(self) -> list[tuple[float, float, float, float]] | None:
         """Per sample: lag, and of it the ms waiting, running and stolen (see ``cpu_wait``)."""
