@@ -61,7 +61,7 @@ docs-check: docs
 
 # Refreshes the benchmark snapshots the docs draw from (run it on a quiet machine).
 docs-data: $(VENV)/.synced
-	$(RUN) -m bench --quick --json docs/data/encoder.json > docs/data/encoder.md.tmp
+	$(RUN) -m bench --json docs/data/encoder.json > docs/data/encoder.md.tmp
 	mv docs/data/encoder.md.tmp docs/data/encoder.md
 	$(RUN) -m bench.file_monitor --quick > docs/data/file_monitor.md.tmp
 	mv docs/data/file_monitor.md.tmp docs/data/file_monitor.md

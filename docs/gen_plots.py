@@ -7,7 +7,7 @@ Used two ways:
   in the source tree;
 - as a script, ``python docs/gen_plots.py [OUTDIR]``, to look at them outside a build.
 
-Inputs: ``data/encoder.json`` (``python -m bench --quick --json ...``) and
+Inputs: ``data/encoder.json`` (``python -m bench --json ...``) and
 ``data/lag_trace.json`` (``docs/record_lag.py``) and ``data/loadtest.json`` (``nodewise
 loadtest --json FILE``); ``make docs-data`` refreshes them.
 """
