@@ -212,6 +212,19 @@ def text(report: LoadtestReport) -> str:
         )
         + "."
     )
+    starts = [r for r in report.results if not r.run.startswith("baseline") and r.error is None]
+    if starts:
+        out.append(
+            "Loop lag while each monitor started, before its first log call (not in the "
+            "table; start() runs once): "
+            + "; ".join(f"{r.name} max {r.start_lag_max:.2f} ms" for r in starts)
+            + (
+                " (WandbMonitor imports wandb and calls wandb.init in a worker thread: the "
+                "GIL that thread holds in long stretches keeps the loop waiting)."
+                if any(r.run == "wandb" for r in starts)
+                else "."
+            )
+        )
     waits = [(r, r.cpu_wait()) for r in report.results]
     if any(w is not None for _, w in waits):
         out.append(

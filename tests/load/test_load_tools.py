@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -182,7 +183,12 @@ def test_cli_prints_the_table_and_writes_json_to_a_file(
     assert printed.startswith("nodewise loadtest: 2 episodes")
     assert "| FileMonitor | - | - | 4 / 4 |" in printed
     assert "Where lag over 5 ms came from" in printed
+    started = re.search(
+        r"Loop lag while each monitor started.*: FileMonitor max ([0-9.]+) ms", printed
+    )
+    assert started is not None, printed
     report = json.loads((tmp_path / "r.json").read_text())
+    assert float(started[1]) == pytest.approx(report["results"][0]["start_lag_max_ms"], abs=0.01)
     assert report["results"][0]["delivered"] == 4
     assert main([*args, "--json", str(tmp_path / "missing" / "r.json")]) == 2
     assert "no such directory" in capsys.readouterr().err
