@@ -57,8 +57,14 @@ async def test_file_monitor_under_load(tmp_path: Path) -> None:
             lags.append(lag)
     during = LagStats.of(lags)
     overall = probe.stats()
-    summary = f"during log_episodes: {during}; overall: {overall}; slowest call {slowest:.3f} s"
-    assert during.count >= 200, summary
+    window_ms = 1000 * sum(end - start for start, end in windows)
+    summary = (
+        f"during log_episodes ({window_ms:.0f} ms in all): {during}; overall: {overall}; "
+        f"slowest call {slowest:.3f} s"
+    )
+    # The loop turned during the calls: a floor scaled to their time, so a fast machine's
+    # short calls do not fail it (a sample is ~1 ms asleep plus its lag).
+    assert during.count >= max(50, window_ms / 8), summary
     assert during.p99 < 50, summary
     assert during.max < 250, summary
     assert slowest < 5, summary
