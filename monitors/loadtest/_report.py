@@ -189,6 +189,12 @@ def text(report: LoadtestReport) -> str:
         f"{report.idle_lag.max:.2f} ms. {report.machine.get('cpus')} CPUs, Python "
         f"{report.machine.get('python')}; {report.seconds:.0f} s in all."
         + (
+            f" orjson.dumps ran at {speed:.0f} MB/s on the median episode before the runs (the"
+            " same code runs up to twice as slow on a day the machine's host is busy)."
+            if (speed := report.machine.get("orjson_mb_s"))
+            else ""
+        )
+        + (
             " Each run's trace files were removed before the next run (the disk could not hold"
             " them all): on a VM that hands freed memory back to its host, the next run's first"
             " seconds can stall."

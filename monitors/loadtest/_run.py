@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 
 from ..base import Monitor
 from ..file import FileMonitor
@@ -51,6 +52,8 @@ _WRITES_FILES = ("file", "wandb", "baseline-file")
 _TALKS_HTTP = ("prime", "baseline-sdk")
 #: Seconds the idle loop is probed before the runs, as a reference for the machine's noise.
 IDLE_SECONDS = 1.0
+#: ``orjson.dumps`` calls timed before the runs, as a gauge of the machine's speed that day.
+GAUGE_CALLS = 9
 _TICK = 0.25
 
 
@@ -314,6 +317,23 @@ class LoadtestReport:
             "seconds": self.seconds,
             "results": [r.to_dict() for r in self.results],
         }
+
+
+def orjson_speed(episodes: Sequence[Episode], *, calls: int = GAUGE_CALLS) -> float:
+    """MB/s of ``orjson.dumps`` on the run's median-sized episode (median of ``calls``).
+
+    The same code runs up to twice as slow on a day the virtual machine's host is busy, and
+    steal time does not show all of that; this number, next to the encoder benchmark's, says
+    which kind of day a report comes from.
+    """
+    episode = sorted(episodes, key=lambda e: e.size)[len(episodes) // 2]
+    value = episode.to_record()
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        n = len(orjson.dumps(value))
+        times.append(time.perf_counter() - t)
+    return n / sorted(times)[calls // 2] / MB
 
 
 def make_episodes(config: LoadtestConfig) -> tuple[EpisodeMaker, list[Episode]]:
@@ -698,6 +718,7 @@ async def run_loadtest(config: LoadtestConfig) -> LoadtestReport:
         async with LoopLagProbe(interval=config.lag_interval) as probe:
             await anyio.sleep(IDLE_SECONDS)
         idle = probe.stats()
+        speed = await anyio.to_thread.run_sync(orjson_speed, episodes)
         progress = Progress(enabled=config.progress)
         peak = PeakRss()
         runs = config.runs()
@@ -736,6 +757,7 @@ async def run_loadtest(config: LoadtestConfig) -> LoadtestReport:
                 "cpus": os.cpu_count(),
                 "python": platform.python_version(),
                 "platform": platform.platform(terse=True),
+                "orjson_mb_s": speed,
             },
             seconds=time.perf_counter() - started,
             removed_between_runs=removed_between_runs,

@@ -190,6 +190,9 @@ def test_cli_prints_the_table_and_writes_json_to_a_file(
     report = json.loads((tmp_path / "r.json").read_text())
     assert float(started[1]) == pytest.approx(report["results"][0]["start_lag_max_ms"], abs=0.01)
     assert report["results"][0]["delivered"] == 4
+    speed = re.search(r"orjson\.dumps ran at ([0-9]+) MB/s on the median episode", printed)
+    assert speed is not None, printed
+    assert int(speed[1]) == round(report["machine"]["orjson_mb_s"]) > 0
     assert main([*args, "--json", str(tmp_path / "missing" / "r.json")]) == 2
     assert "no such directory" in capsys.readouterr().err
 
