@@ -298,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
             w = r.get("lag_cpu_wait")
             if w and r["run"] in ("file", "prime", "wandb"):
                 print(f"- {worst_sample(r, w)}")
+    speeds = [rep["machine"].get("orjson_mb_s") for rep in reports]
+    if all(speeds):
+        print(
+            "The machine's speed before each run (orjson.dumps on its median episode, MB/s; "
+            "a busy host shows as a lower number): " + ", ".join(f"{s:.0f}" for s in speeds)
+        )
     print()
     print("DESIGN targets (section 5):")
     for line in verdicts(reports):
