@@ -92,8 +92,12 @@ os.sched_setaffinity(0, {{{cpu}}})
 burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # on the same core
 os.nice(19)  # after the burner started: only this process yields the core when both want it
 async def main():
-    async with LoopLagProbe() as probe:
-        await anyio.sleep(1.0)
+    # Until enough samples, not for a fixed time: how long the burner keeps the core from
+    # this process depends on the kernel's scheduler (3 to 40 ms a sample seen).
+    with anyio.move_on_after(20):
+        async with LoopLagProbe() as probe:
+            while len(probe.samples) < 30:
+                await anyio.sleep(0.05)
     return probe
 try:
     probe = anyio.run(main)
@@ -105,14 +109,14 @@ print(json.dumps({{"samples": probe.samples, "waits": probe.cpu_waits, "runs": p
 
 @pytest.mark.anyio
 async def test_probe_tells_a_busy_loop_from_a_wait_for_a_core() -> None:
-    """A loop busy for 50 ms shows 50 ms of lag, running, and (nearly) no wait for a core; a
-    loop whose thread shares its one core with a busier process of higher priority waits for
-    it."""
+    """A loop busy for 50 ms of CPU shows at least that much lag, all of it running, and any
+    rest waiting for a core (none on an idle machine); a loop whose thread shares its one core
+    with a busier process of higher priority waits for it."""
     assert os.path.exists("/proc/thread-self/schedstat") == (sys.platform == "linux")
     async with LoopLagProbe() as probe:
         await anyio.sleep(0.02)
-        end = time.perf_counter() + 0.05
-        while time.perf_counter() < end:  # busy on the loop's thread: running, not waiting
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:  # busy on the loop's thread: running, not waiting
             pass
         await anyio.sleep(0.02)
     if sys.platform != "linux":
@@ -120,9 +124,12 @@ async def test_probe_tells_a_busy_loop_from_a_wait_for_a_core() -> None:
         return
     assert len(probe.cpu_waits) == len(probe.cpu_runs) == len(probe.samples)
     worst = max(range(len(probe.samples)), key=probe.samples.__getitem__)
-    assert probe.samples[worst] >= 45
-    assert probe.cpu_waits[worst] < probe.samples[worst] / 2, (probe.samples, probe.cpu_waits)
-    assert probe.cpu_runs[worst] > probe.samples[worst] / 2, (probe.samples, probe.cpu_runs)
+    lag, wait, run = probe.samples[worst], probe.cpu_waits[worst], probe.cpu_runs[worst]
+    assert lag >= 45, probe.samples
+    assert run >= 50, (lag, wait, run)
+    # Both are shares of the sample's span (the 1 ms interval and the lag); on a shared host
+    # a neighbour may take the core mid-step, and that part is waiting, not running.
+    assert run + wait <= lag + 3, (lag, wait, run)
 
     cpu = min(os.sched_getaffinity(0))
     out = subprocess.run(
@@ -137,7 +144,7 @@ async def test_probe_tells_a_busy_loop_from_a_wait_for_a_core() -> None:
     child = json.loads(out.stdout)
     lag, waits = sum(child["samples"]), sum(child["waits"])
     assert len(child["waits"]) == len(child["runs"]) == len(child["samples"]) > 20
-    assert lag > 100, child  # ~1 s of sampling, the core mostly the burner's
+    assert lag > 100, child  # 30 samples, the core mostly the burner's
     assert waits > lag / 2, (lag, waits)
     assert sum(child["runs"]) < lag / 4, child
 
