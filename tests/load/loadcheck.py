@@ -18,6 +18,7 @@ import pytest
 
 from monitors.loadtest import LoadtestConfig, LoadtestReport, NotEnoughDiskError, RunResult
 from monitors.loadtest import run_loadtest as _run_loadtest
+from monitors.loadtest._report import _lag_causes as lag_causes
 from monitors.testing.episodes import Episode, EpisodeMaker
 from monitors.traces import read_record, read_row
 from monitors.traces._layout import list_chunks
@@ -54,9 +55,18 @@ def check_run(r: RunResult, episodes: int) -> None:
     summary = (
         f"{r.name}: {r.delivered}/{r.submitted} delivered, lost {r.lost}, error {r.error}, "
         f"slowest log {r.slowest_log:.3f} s ({r.slowest_log_subset}), lag p50 {r.lag.p50:.2f} "
-        f"p99 {r.lag.p99:.2f} max {r.lag.max:.2f} ms ({r.lag.count} samples), wall {r.wall:.1f} s,"
+        f"p99 {r.lag.p99:.2f} max {r.lag.max:.2f} ms ({r.lag.count} samples; without steal max "
+        f"{r.lag_without_steal().max:.2f} ms), wall {r.wall:.1f} s,"
         f" {r.mbps:.0f} MB/s, peak RSS {r.peak_rss / 2**20:.0f} MiB"
     )
+    # Where the worst stall came from, so that a failure on a CI machine tells its cause.
+    if r.lag_samples:
+        at = max(range(len(r.lag_samples)), key=r.lag_samples.__getitem__)
+        summary += f"; worst sample {r.lag_times[at] - r.lag_times[0]:.1f} s into the run"
+    causes = r.cpu_wait()
+    if causes is not None:
+        summary += f"; {lag_causes(r.name, causes)}"
+    summary += f"; longest gc pause {r.gc_longest:.1f} ms"
     print(summary)
     assert r.error is None, summary
     assert r.submitted == r.delivered == 2 * episodes, summary
@@ -64,7 +74,10 @@ def check_run(r: RunResult, episodes: int) -> None:
     assert r.slowest_log < SLOWEST_LOG, summary
     assert r.lag.count > 100, summary
     assert r.lag.p99 < LAG_P99, summary
-    assert r.lag.max < LAG_MAX, summary
+    # Less what the hypervisor took (steal: the loop's core stood still, whatever ran on
+    # it), which no code here can cause or avoid; a stall of the loop's own, or of this
+    # machine's threads taking its core, still counts in full.
+    assert r.lag_without_steal().max < LAG_MAX, summary
 
 
 def check_stream(
