@@ -42,9 +42,9 @@ def config(monitor: str, out: Path) -> LoadtestConfig:
 @pytest.mark.parametrize("monitor", ["file", "wandb"])
 def test_trace_files_hold_every_record(monitor: str, out: Path) -> None:
     cfg = config(monitor, out)
-    report = run(cfg)
+    report, machine = run(cfg)
     result = report.result(monitor)
-    check_run(result, EPISODES)
+    check_run(result, EPISODES, machine)
     maker, episodes = make_episodes(cfg)
     assert report.json_bytes == sum(e.size for e in episodes) > 8e9
     for subset in ("all", "effective"):
@@ -53,8 +53,8 @@ def test_trace_files_hold_every_record(monitor: str, out: Path) -> None:
 
 def test_prime_server_counts_every_record(out: Path) -> None:
     cfg = config("prime", out)
-    report = run(cfg)
+    report, machine = run(cfg)
     result = report.result("prime")
-    check_run(result, EPISODES)
+    check_run(result, EPISODES, machine)
     _, episodes = make_episodes(cfg)
     check_server(result, episodes)

@@ -1,0 +1,74 @@
+"""The witnesses that tell the machine's stalls from the loop's own (``witness.py``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from monitors import LagStats
+from monitors.loadtest import RunResult
+
+from .loadcheck import LAG_MAX, check_run
+from .witness import machine_ms, overlap, witnesses
+
+
+def test_a_witness_sees_its_process_stopped_and_not_a_busy_neighbour() -> None:
+    with witnesses() as w:
+        time.sleep(0.05)
+        busy = time.perf_counter()
+        while time.perf_counter() < busy + 0.1:  # a stall of this process's own
+            pass
+        stopped = time.perf_counter()
+        os.kill(w.pids[0], signal.SIGSTOP)  # as a host that stops the core would
+        time.sleep(0.1)
+        os.kill(w.pids[0], signal.SIGCONT)
+        time.sleep(0.05)
+    assert len(w.stalls) == len(w.pids) == len(os.sched_getaffinity(0))
+    first = w.stalls[0]
+    assert any(now - due >= 0.09 and now >= stopped + 0.09 for due, now in first), first
+    # None saw this process's own busy 100 ms as a stall of theirs.
+    assert all(overlap(busy, busy + 0.1, stalls) < 0.05 for stalls in w.stalls), w.stalls
+
+
+def test_machine_ms_is_the_longest_overlap_of_any_witness() -> None:
+    seen = [[(9.96, 9.99)], [(9.90, 9.97), (9.98, 9.985)]]
+    times = [10.0, 10.0, 20.0]
+    # 50 ms late: the first witness was stalled 30 ms of it, the second 20 + 5.
+    assert machine_ms(times, [50.0, 2.0, 50.0], seen) == [
+        pytest.approx(30.0),
+        0.0,  # no later than the witnesses' threshold: not looked at
+        0.0,  # no witness stalled then
+    ]
+    assert machine_ms(times, [50.0, 50.0, 50.0], []) == [0.0, 0.0, 0.0]
+
+
+def _run(lags: list[float], stolen: list[float]) -> RunResult:
+    n = len(lags)
+    return RunResult(
+        run="file",
+        name="FileMonitor",
+        episodes=1,
+        submitted=2,
+        delivered=2,
+        lag=LagStats.of(lags),
+        lag_samples=lags,
+        lag_times=[float(t) for t in range(1, n + 1)],
+        lag_stolen=stolen,
+    )
+
+
+def test_check_run_bounds_the_lag_net_of_the_machines_stalls() -> None:
+    r = _run([0.5] * 200 + [2 * LAG_MAX], [0.0] * 201)
+    with pytest.raises(AssertionError, match=r"net of the machine.s stalls, max 500\.00 ms"):
+        check_run(r, 1, [])
+    # A witness stalled through all but 100 ms of it: the machine's.
+    check_run(r, 1, [[(201.0 - 2 * LAG_MAX / 1e3, 201.0 - 0.1)]])
+    # ... but not through enough of it.
+    with pytest.raises(AssertionError, match=r"stalls, max 300\.00 ms"):
+        check_run(r, 1, [[(201.0 - 2 * LAG_MAX / 1e3, 201.0 - 0.3)]])
+    # The steal counters alone can excuse it too.
+    r.lag_stolen[-1] = 2 * LAG_MAX - 10
+    check_run(r, 1, [])
