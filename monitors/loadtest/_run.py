@@ -103,6 +103,10 @@ class RunResult:
     error: str | None = None
     lag_samples: list[float] = field(default_factory=list, repr=False)
     lag_times: list[float] = field(default_factory=list, repr=False)
+    #: ``time.perf_counter()`` at the first log call, which ``lag_times`` count from: the
+    #: samples' place on the machine's monotonic clock, to set beside what other processes
+    #: saw meanwhile.
+    started_at: float = 0.0
     #: Per lag sample, the ms the loop's thread was ready but waiting for a core, and the ms
     #: it ran (Linux schedstat; empty elsewhere): what share of a stall the machine's cores
     #: caused, and what share the loop's own work.
@@ -582,6 +586,7 @@ class _Driver:
         result.start_lag_max = max(samples[first:run], default=0.0)
         result.lag_samples = during
         result.lag_times = [t - self.started for t in times[run:]]
+        result.started_at = self.started
 
 
 def _monitor(run: str, root: Path, config: LoadtestConfig, url: str | None) -> Monitor:

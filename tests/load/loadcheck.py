@@ -62,7 +62,10 @@ def check_run(r: RunResult, episodes: int, machine: Sequence[Sequence[Stall]]) -
     own = [
         lag - max(took, seen)
         for lag, took, seen in zip(
-            r.lag_samples, stolen, machine_ms(r.lag_times, r.lag_samples, machine), strict=True
+            r.lag_samples,
+            stolen,
+            machine_ms([r.started_at + t for t in r.lag_times], r.lag_samples, machine),
+            strict=True,
         )
     ]
     own_max = max(own, default=0.0)

@@ -6,6 +6,7 @@ import gc
 import json
 import re
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -217,8 +218,13 @@ def test_without_effective_each_episode_is_logged_once(tmp_path: Path) -> None:
         progress=False,
     )
     assert config.records == 5
+    before = time.perf_counter()
     report = anyio.run(run_loadtest, config)
     result = report.result("file")
+    # The lag samples sit on the machine's monotonic clock, after the run began.
+    assert (
+        before < result.started_at < result.started_at + result.lag_times[0] < time.perf_counter()
+    )
     assert (result.submitted, result.delivered, result.log_calls) == (5, 5, 5)
     assert result.all_delivered
     assert result.json_bytes == report.json_bytes
