@@ -80,6 +80,8 @@ class RunResult:
     #: likely its thread off its core.
     slowest_log_waiting: float | None = None
     slowest_log_running: float | None = None
+    #: Every log call: when it began (``time.perf_counter()``) and how long it took.
+    log_spans: list[tuple[float, float]] = field(default_factory=list, repr=False)
     #: Lag from the first log call to the end of finalize; ``start_lag_max`` during start.
     lag: LagStats = field(default_factory=lambda: LagStats.of([]))
     start_lag_max: float = 0.0
@@ -484,6 +486,7 @@ class _Driver:
         spent = time.perf_counter() - t0
         cpu = time.thread_time_ns() - cpu
         result.log_calls += 1
+        result.log_spans.append((t0, spent))
         self.submitted_bytes += sum(e.size for e in batch)
         if spent > result.slowest_log:
             result.slowest_log = spent

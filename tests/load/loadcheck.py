@@ -24,7 +24,7 @@ from monitors.traces import read_record, read_row
 from monitors.traces._layout import list_chunks
 from monitors.traces._reader import iter_spans
 
-from .witness import Stall, machine_ms, witnesses
+from .witness import Stall, machine_ms, overlap, witnesses
 
 #: Loose on purpose: shared 2-core CI machines (the DESIGN targets are for the benchmark).
 SLOWEST_LOG = 1.0
@@ -56,30 +56,46 @@ def out_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def check_run(r: RunResult, episodes: int, machine: Sequence[Sequence[Stall]]) -> None:
-    """Every record delivered, nothing lost, the call and lag bounds; the lag max is
-    bounded net of what the machine did meanwhile (``machine``: the witnesses' stalls)."""
-    stolen = r.lag_stolen if len(r.lag_stolen) == len(r.lag_samples) else [0.0] * len(r.lag_samples)
-    own = [
-        lag - max(took, seen)
-        for lag, took, seen in zip(
-            r.lag_samples,
-            stolen,
-            machine_ms([r.started_at + t for t in r.lag_times], r.lag_samples, machine),
-            strict=True,
-        )
-    ]
-    own_max = max(own, default=0.0)
+    """Every record delivered, nothing lost, and the call and lag bounds, each judged net
+    of the machine's stalls.
+
+    Shared hosts stall these VMs for hundreds of ms (1.5 s seen: the host's other tenants;
+    the guest's steal counters show a part of it at most). What the load test measures is
+    the code: a log call is judged less the time a witness process (``witness.py``) was
+    stalled during it; a lag sample less the larger of that and what the kernel counted as
+    the loop's thread waiting for a core or its core stolen. What is left is the loop's own
+    running and sleeping past its time: a blocking step of ours (CPU or I/O on the loop)
+    counts in full.
+    """
+    times = [r.started_at + t for t in r.lag_times]
+    seen = machine_ms(times, r.lag_samples, machine)
+    parts = r._lag_parts()
+    taken = [wait + took for _, wait, _, took in parts] if parts else [0.0] * len(seen)
+    own_lag = max(
+        (lag - max(a, b) for lag, a, b in zip(r.lag_samples, taken, seen, strict=True)),
+        default=0.0,
+    )
+    own_log = max(
+        (
+            spent - max((overlap(t0, t0 + spent, stalls) for stalls in machine), default=0.0)
+            for t0, spent in r.log_spans
+        ),
+        default=0.0,
+    )
     summary = (
         f"{r.name}: {r.delivered}/{r.submitted} delivered, lost {r.lost}, error {r.error}, "
-        f"slowest log {r.slowest_log:.3f} s ({r.slowest_log_subset}), lag p50 {r.lag.p50:.2f} "
-        f"p99 {r.lag.p99:.2f} max {r.lag.max:.2f} ms ({r.lag.count} samples; net of the machine's "
-        f"stalls, max {own_max:.2f} ms), wall {r.wall:.1f} s,"
-        f" {r.mbps:.0f} MB/s, peak RSS {r.peak_rss / 2**20:.0f} MiB"
+        f"slowest log {r.slowest_log:.3f} s ({r.slowest_log_subset}; net of the machine's "
+        f"stalls {own_log:.3f} s), lag p50 {r.lag.p50:.2f} p99 {r.lag.p99:.2f} max "
+        f"{r.lag.max:.2f} ms ({r.lag.count} samples; the loop's own, max {own_lag:.2f} ms), "
+        f"wall {r.wall:.1f} s, {r.mbps:.0f} MB/s, peak RSS {r.peak_rss / 2**20:.0f} MiB"
     )
     # Where the worst stall came from, so that a failure on a CI machine tells its cause.
     if r.lag_samples:
         at = max(range(len(r.lag_samples)), key=r.lag_samples.__getitem__)
-        summary += f"; worst sample {r.lag_times[at] - r.lag_times[0]:.1f} s into the run"
+        summary += (
+            f"; worst sample {r.lag_times[at]:.1f} s into the run, witnesses stalled "
+            f"{seen[at]:.1f} ms of it"
+        )
     causes = r.cpu_wait()
     if causes is not None:
         summary += f"; {lag_causes(r.name, causes)}"
@@ -88,13 +104,11 @@ def check_run(r: RunResult, episodes: int, machine: Sequence[Sequence[Stall]]) -
     assert r.error is None, summary
     assert r.submitted == r.delivered == 2 * episodes, summary
     assert r.lost == {}, summary
-    assert r.slowest_log < SLOWEST_LOG, summary
+    assert len(r.log_spans) == r.log_calls > 0, summary
+    assert own_log < SLOWEST_LOG, summary
     assert r.lag.count > 100, summary
     assert r.lag.p99 < LAG_P99, summary
-    # Each sample less what the machine took: its steal counters, or a witness process on
-    # one of the cores stalled as long (see witness.py). No code here can cause or avoid
-    # those; a stall of the loop's own still counts in full.
-    assert own_max < LAG_MAX, summary
+    assert own_lag < LAG_MAX, summary
 
 
 def check_stream(

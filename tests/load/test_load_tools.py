@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import re
 import statistics
@@ -226,6 +227,9 @@ def test_without_effective_each_episode_is_logged_once(tmp_path: Path) -> None:
         before < result.started_at < result.started_at + result.lag_times[0] < time.perf_counter()
     )
     assert (result.submitted, result.delivered, result.log_calls) == (5, 5, 5)
+    assert len(result.log_spans) == 5
+    assert result.slowest_log == max(spent for _, spent in result.log_spans)
+    assert all(a[0] + a[1] <= b[0] for a, b in itertools.pairwise(result.log_spans))
     assert result.all_delivered
     assert result.json_bytes == report.json_bytes
     assert [r["id"] for r in read_records(result.streams["all"])] == [

@@ -45,7 +45,9 @@ def test_machine_ms_is_the_longest_overlap_of_any_witness() -> None:
     assert machine_ms(times, [50.0, 50.0, 50.0], []) == [0.0, 0.0, 0.0]
 
 
-def _run(lags: list[float], stolen: list[float]) -> RunResult:
+def _run(lags: list[float]) -> RunResult:
+    """A run whose samples come one a second from t = 1 s, neither waiting nor running nor
+    stolen unless a test says; one quick log call."""
     n = len(lags)
     return RunResult(
         run="file",
@@ -53,22 +55,45 @@ def _run(lags: list[float], stolen: list[float]) -> RunResult:
         episodes=1,
         submitted=2,
         delivered=2,
+        log_calls=1,
+        log_spans=[(0.5, 0.001)],
         lag=LagStats.of(lags),
         lag_samples=lags,
         lag_times=[float(t) for t in range(1, n + 1)],
-        lag_stolen=stolen,
+        lag_cpu_waits=[0.0] * n,
+        lag_cpu_runs=[0.0] * n,
+        lag_stolen=[0.0] * n,
     )
 
 
-def test_check_run_bounds_the_lag_net_of_the_machines_stalls() -> None:
-    r = _run([0.5] * 200 + [2 * LAG_MAX], [0.0] * 201)
-    with pytest.raises(AssertionError, match=r"net of the machine.s stalls, max 500\.00 ms"):
+def test_check_run_bounds_the_loops_own_lag() -> None:
+    worst = 2 * LAG_MAX  # the last sample, ending at t = 201 s
+    r = _run([0.5] * 200 + [worst])
+    with pytest.raises(AssertionError, match=r"the loop's own, max 500\.00 ms"):
         check_run(r, 1, [])
     # A witness stalled through all but 100 ms of it: the machine's.
-    check_run(r, 1, [[(201.0 - 2 * LAG_MAX / 1e3, 201.0 - 0.1)]])
+    check_run(r, 1, [[(201.0 - worst / 1e3, 201.0 - 0.1)]])
     # ... but not through enough of it.
-    with pytest.raises(AssertionError, match=r"stalls, max 300\.00 ms"):
-        check_run(r, 1, [[(201.0 - 2 * LAG_MAX / 1e3, 201.0 - 0.3)]])
-    # The steal counters alone can excuse it too.
-    r.lag_stolen[-1] = 2 * LAG_MAX - 10
+    with pytest.raises(AssertionError, match=r"own, max 300\.00 ms"):
+        check_run(r, 1, [[(201.0 - worst / 1e3, 201.0 - 0.3)]])
+    # Waiting for a core and a stolen core are the machine's too, together ...
+    r.lag_cpu_waits[-1], r.lag_stolen[-1] = 200.0, 200.0
     check_run(r, 1, [])
+    # ... but the loop's thread running is its own.
+    r.lag_cpu_waits[-1], r.lag_stolen[-1], r.lag_cpu_runs[-1] = 0.0, 0.0, worst
+    with pytest.raises(AssertionError, match=r"own, max 500\.00 ms"):
+        check_run(r, 1, [])
+
+
+def test_check_run_bounds_log_calls_net_of_the_machines_stalls() -> None:
+    r = _run([0.5] * 200)
+    r.log_spans.append((10.0, 1.5))
+    r.log_calls = 2
+    with pytest.raises(AssertionError, match=r"net of the machine's stalls 1\.500 s"):
+        check_run(r, 1, [])
+    check_run(r, 1, [[(9.0, 10.8)], [(10.1, 10.2)]])  # 0.8 s of it the machine's
+    with pytest.raises(AssertionError, match=r"stalls 1\.100 s"):
+        check_run(r, 1, [[(10.0, 10.4)]])
+    r.log_spans.clear()  # every call must be timed
+    with pytest.raises(AssertionError):
+        check_run(r, 1, [[(9.0, 10.8)]])
