@@ -305,7 +305,10 @@ def test_loop_lag_stays_small_under_asyncio() -> None:
     """While aiterencode runs at the default budget, another task never waits 50 ms.
 
     A loose regression bound (the target in DESIGN is ~3 ms max); the gaps are measured by a
-    task that loops on ``asyncio.sleep(0)``, with the garbage collector on.
+    task that loops on ``asyncio.sleep(0)``, with the garbage collector on. A gap counts by
+    the lesser of its wall time and the thread's CPU time in it: a step of the encoder takes
+    both, a shared host that stops the machine for a while (seen for up to 1.5 s) only the
+    first.
     """
     value = _lag_document()
     expected_len = len(orjson.dumps(value))
@@ -316,12 +319,12 @@ def test_loop_lag_stays_small_under_asyncio() -> None:
         gaps: list[float] = []
 
         async def probe() -> None:
-            last = time.perf_counter()
+            last, last_cpu = time.perf_counter(), time.thread_time()
             while not done:
                 await asyncio.sleep(0)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
+                now, cpu = time.perf_counter(), time.thread_time()
+                gaps.append(min(now - last, cpu - last_cpu))
+                last, last_cpu = now, cpu
 
         probe_task = asyncio.create_task(probe())
         await asyncio.sleep(0)
