@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -157,7 +158,11 @@ async def test_probe_tells_a_stall_in_the_kernel_faulting_pages_in_from_a_busy_s
     async with LoopLagProbe() as probe:
         await anyio.sleep(0.02)
         touched = time.perf_counter()
-        fresh = bytearray(pages * 4096)
+        # Fresh pages from the kernel (a bytearray may reuse heap pages already in memory),
+        # of 4 KiB whatever the transparent huge page settings.
+        fresh = mmap.mmap(-1, pages * 4096)
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            fresh.madvise(mmap.MADV_NOHUGEPAGE)
         fresh[::4096] = b"\x01" * pages  # one write a page: each page faulted in once
         await anyio.sleep(0.02)
         busy = time.perf_counter()
@@ -165,7 +170,7 @@ async def test_probe_tells_a_stall_in_the_kernel_faulting_pages_in_from_a_busy_s
         while time.perf_counter() < end:
             pass
         await anyio.sleep(0.02)
-    del fresh
+    fresh.close()
     if sys.platform != "linux":
         assert probe.cpu_kernel == probe.faults == []
         return
