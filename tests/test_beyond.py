@@ -373,8 +373,9 @@ def test_many_small_objects_of_user_classes_walk_fast(kind: str) -> None:
     }[kind]
     value = [make(i) for i in range(10_000)]
     expected = orjson.dumps(value)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.thread_time()
     got = b"".join(iterencode(value))
-    elapsed = time.perf_counter() - started
+    # The lesser of wall and CPU time: the walk takes both, a shared host's stall only wall.
+    elapsed = min(time.perf_counter() - started, time.thread_time() - started_cpu)
     assert got == expected
     assert elapsed < 1.0, f"{elapsed:.2f} s for 10,000 {kind} instances"

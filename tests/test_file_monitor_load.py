@@ -9,9 +9,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from witness import lag_within, own_ms, witnesses
 
 from bench.episodes import make_episode
-from monitors import FileMonitor, LagStats, LoopLagProbe
+from monitors import FileMonitor, LoopLagProbe
 from monitors.traces import read_records
 from monitors.traces._layout import list_chunks
 
@@ -30,37 +31,37 @@ def anyio_backend() -> str:
 async def test_file_monitor_under_load(tmp_path: Path) -> None:
     expected = {}
     windows: list[tuple[float, float]] = []
-    slowest = 0.0
-    async with LoopLagProbe() as probe, FileMonitor(tmp_path, chunk_bytes=64 << 20) as monitor:
-        for i in range(EPISODES):
-            spec = SPECS[i % len(SPECS)]
-            # A fresh episode per call (new str objects, nothing cached by an earlier
-            # encoding); built on the loop, outside the measured windows.
-            episode = make_episode(spec[0], seed=spec[1])
-            started = time.perf_counter()
-            await monitor.log_episodes([episode], step=i, subset="all")
-            ended = time.perf_counter()
-            windows.append((started, ended))
-            slowest = max(slowest, ended - started)
-            data = orjson.dumps(episode)
-            assert expected.setdefault(spec, data) == data  # same pair, same episode
-            del episode
-        stats = monitor.stats()
-    # The loop's lag while log_episodes ran: samples whose whole sleep fell inside a call.
-    lags = []
-    w = 0
-    for lag, woke in zip(probe.samples, probe.times, strict=True):
-        asked = woke - probe.interval - lag / 1000.0
-        while w < len(windows) and windows[w][1] < woke:
-            w += 1
-        if w < len(windows) and windows[w][0] <= asked:
-            lags.append(lag)
-    during = LagStats.of(lags)
-    overall = probe.stats()
+    ends: list[float] = []
+    spent_ms: list[float] = []
+    with witnesses() as seen:
+        async with (
+            LoopLagProbe() as probe,
+            FileMonitor(tmp_path, chunk_bytes=64 << 20) as monitor,
+        ):
+            for i in range(EPISODES):
+                spec = SPECS[i % len(SPECS)]
+                # A fresh episode per call (new str objects, nothing cached by an earlier
+                # encoding); built on the loop, outside the measured windows.
+                episode = make_episode(spec[0], seed=spec[1])
+                started = time.perf_counter()
+                await monitor.log_episodes([episode], step=i, subset="all")
+                ended = time.perf_counter()
+                windows.append((started, ended))
+                ends.append(ended)
+                spent_ms.append((ended - started) * 1e3)
+                data = orjson.dumps(episode)
+                assert expected.setdefault(spec, data) == data  # same pair, same episode
+                del episode
+            stats = monitor.stats()
+    # The loop's lag while log_episodes ran (samples whose whole sleep fell inside a call)
+    # and the calls themselves, judged net of the machine's stalls (witness.py).
+    during = lag_within(probe, windows, seen.stalls)
+    slowest = max(own_ms(ends, spent_ms, seen.stalls)) / 1e3
     window_ms = 1000 * sum(end - start for start, end in windows)
     summary = (
-        f"during log_episodes ({window_ms:.0f} ms in all): {during}; overall: {overall}; "
-        f"slowest call {slowest:.3f} s"
+        f"during log_episodes ({window_ms:.0f} ms in all): {lag_within(probe, windows)}, net "
+        f"of the machine's stalls {during}; overall: {probe.stats()}; slowest call "
+        f"{max(spent_ms) / 1e3:.3f} s, net {slowest:.3f} s"
     )
     # The loop turned during the calls: a floor scaled to their time, so a fast machine's
     # short calls do not fail it (a sample is ~1 ms asleep plus its lag).

@@ -16,9 +16,10 @@ import anyio
 import orjson
 import pytest
 from aiohttp import web
+from witness import own_ms, witnesses
 
 import monitors
-from monitors import DeliveryStats, LoopLagProbe, PrimeMonitor, UploadError
+from monitors import DeliveryStats, LagStats, LoopLagProbe, PrimeMonitor, UploadError
 from monitors.prime import _batch, _gzip
 from monitors.prime._body import SEND_BYTES, _contains, frame, new_boundary
 from monitors.prime._client import is_committed, retry_after_seconds
@@ -96,28 +97,36 @@ async def test_300_episodes_delivered_once_without_stalling_the_loop(
     episodes: list[dict[str, Any]] = [
         big(i, 1 + i % 5) if i % 30 == 0 else small(i) for i in range(300)
     ]
-    slowest = 0.0
-    async with LoopLagProbe() as probe, make(server, batch_bytes=4 << 20) as monitor:
-        for start in range(0, 300, 10):
-            began = time.perf_counter()
-            await monitor.log_episodes(episodes[start : start + 10], step=start // 10)
-            slowest = max(slowest, time.perf_counter() - began)
-            began = time.perf_counter()
-            await monitor.log_metrics({"loss": 1.0 / (1 + start), "nan": math.nan}, step=start)
-            slowest = max(slowest, time.perf_counter() - began)
-            await anyio.sleep(0.01)
+    ends: list[float] = []
+    spent_ms: list[float] = []
+
+    async def timed(call: Awaitable[None]) -> None:
+        began = time.perf_counter()
+        await call
+        ends.append(time.perf_counter())
+        spent_ms.append((ends[-1] - began) * 1e3)
+
+    with witnesses() as seen:
+        async with LoopLagProbe() as probe, make(server, batch_bytes=4 << 20) as monitor:
+            for start in range(0, 300, 10):
+                await timed(monitor.log_episodes(episodes[start : start + 10], step=start // 10))
+                metrics = {"loss": 1.0 / (1 + start), "nan": math.nan}
+                await timed(monitor.log_metrics(metrics, step=start))
+                await anyio.sleep(0.01)
     stats = monitor.stats()
-    lag = probe.stats()
     assert stats == DeliveryStats(300, 300, {}), stats
     served = await server.astats()
     assert served["unique_ids"] == 300
     assert served["duplicate_ids"] == 0
     assert served["lines_stored"] == 300
     assert served["uploads"] > 1  # batches closed at batch_bytes
-    print(f"slowest log call {slowest * 1000:.2f} ms; {lag}")
-    assert slowest < 0.05, slowest
-    assert lag.p99 < 50, lag
-    assert lag.max < 250, lag
+    # Judged net of the machine's stalls (witness.py).
+    slowest = max(own_ms(ends, spent_ms, seen.stalls))
+    lag = LagStats.of(own_ms(probe.times, probe.samples, seen.stalls))
+    print(f"slowest log call {max(spent_ms):.2f} ms; {probe.stats()}; net {slowest:.2f}, {lag}")
+    assert slowest < 50, (slowest, max(spent_ms))
+    assert lag.p99 < 50, (lag, probe.stats())
+    assert lag.max < 250, (lag, probe.stats())
     # metrics: one post per call, the NaN dropped, never counted with the episodes
     assert monitor.metrics_stats() == DeliveryStats(30, 30, {})
     posted = await server.ametrics()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from witness import Stall, machine_ms, witnesses
 
 from monitors.loadtest import LoadtestConfig, LoadtestReport, NotEnoughDiskError, RunResult
 from monitors.loadtest import run_loadtest as _run_loadtest
@@ -23,8 +24,6 @@ from monitors.testing.episodes import Episode, EpisodeMaker
 from monitors.traces import read_record, read_row
 from monitors.traces._layout import list_chunks
 from monitors.traces._reader import iter_spans
-
-from .witness import Stall, machine_ms, witnesses
 
 #: Loose on purpose: shared 2-core CI machines (the DESIGN targets are for the benchmark).
 SLOWEST_LOG = 1.0

@@ -7,12 +7,12 @@ import signal
 import time
 
 import pytest
+from witness import lag_within, machine_ms, overlap, own_ms, witnesses
 
-from monitors import LagStats
+from monitors import LagStats, LoopLagProbe
 from monitors.loadtest import RunResult
 
 from .loadcheck import LAG_MAX, check_run
-from .witness import machine_ms, overlap, witnesses
 
 
 def test_a_witness_sees_its_process_stopped_and_not_a_busy_neighbour() -> None:
@@ -43,6 +43,19 @@ def test_machine_ms_is_the_longest_overlap_of_any_witness() -> None:
         0.0,  # no witness stalled then
     ]
     assert machine_ms(times, [50.0, 50.0, 50.0], []) == [0.0, 0.0, 0.0]
+
+
+def test_own_ms_and_lag_within_leave_what_the_machine_did_not_take() -> None:
+    seen = [[(9.990, 9.996)]]  # a witness stalled 6 ms of the first sample's 10
+    assert own_ms([10.0, 20.0], [10.0, 10.0], seen) == [pytest.approx(4.0), 10.0]
+    probe = LoopLagProbe(interval=0.001)
+    # Samples asleep from (woke - 1 ms - lag) to woke: inside the window, across its end,
+    # after it.
+    probe.samples, probe.times = [10.0, 10.0, 5.0], [10.0, 10.5, 11.0]
+    within = lag_within(probe, [(9.9, 10.4)], seen)
+    assert within.count == 1
+    assert within.max == pytest.approx(4.0)
+    assert lag_within(probe, [(9.9, 10.4)]).max == 10.0
 
 
 def _run(lags: list[float]) -> RunResult:

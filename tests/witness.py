@@ -1,4 +1,4 @@
-"""Machine stalls, seen from outside the process under test.
+"""Machine stalls, seen from outside the process under test, and timings judged net of them.
 
 A witness is a small process that sleeps 1 ms at a time, on one core, and notes every
 wake-up that came more than 3 ms late. It does no work of its own, so its late wake-ups are
@@ -19,6 +19,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from monitors import LagStats, LoopLagProbe
 
 #: A stall: from the wake-up asked for to the one that came, ``perf_counter`` seconds
 #: (CLOCK_MONOTONIC on Linux: one clock for every process of the machine).
@@ -97,3 +99,31 @@ def machine_ms(
         else 0.0
         for t, lag in zip(times, lags_ms, strict=True)
     ]
+
+
+def own_ms(
+    times: Sequence[float], spans_ms: Sequence[float], seen: Sequence[Sequence[Stall]]
+) -> list[float]:
+    """Each lag sample (or call) that ended at ``times`` after ``spans_ms``, less the
+    machine's share of it: what is left is the process's own."""
+    shares = machine_ms(times, spans_ms, seen)
+    return [ms - share for ms, share in zip(spans_ms, shares, strict=True)]
+
+
+def lag_within(
+    probe: LoopLagProbe,
+    windows: Sequence[tuple[float, float]],
+    seen: Sequence[Sequence[Stall]] = (),
+) -> LagStats:
+    """The probe's samples whose whole sleep fell inside one of the (sorted) ``perf_counter``
+    windows, each less the machine's share of it."""
+    times, lags = [], []
+    w = 0
+    for lag, woke in zip(probe.samples, probe.times, strict=True):
+        asked = woke - probe.interval - lag / 1000.0
+        while w < len(windows) and windows[w][1] < woke:
+            w += 1
+        if w < len(windows) and windows[w][0] <= asked:
+            times.append(woke)
+            lags.append(lag)
+    return LagStats.of(own_ms(times, lags, seen))
