@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import encoder
-from monitors.loadtest._report import in_kernel
+from monitors.loadtest._report import NET, in_kernel
 from monitors.testing.episodes import EpisodeMaker
 
 try:
@@ -170,6 +170,11 @@ def worst_sample(r: dict[str, Any], w: dict[str, float]) -> str:
         f"{parts[0]:.1f} waiting for a core + {parts[1]:.1f} running{in_kernel(w)} + "
         f"{parts[2]:.1f} stolen "
         f"(its core stood still) + {max(0.0, lag - sum(parts)):.1f} neither"
+        + (
+            f"; the witness on its core stood still {w['worst_witnessed_ms']:.1f} of it"
+            if "worst_witnessed_ms" in w
+            else ""
+        )
     )
 
 
@@ -213,13 +218,12 @@ def verdicts(reports: list[dict[str, Any]]) -> list[str]:
         f"({p99['name']}, {p99['network']}), worst max {mx['lag_ms']['max']:.2f} ms ({mx['name']}, "
         f"{mx['network']}), {'met' if ok else 'NOT met'}"
     )
-    net = [r.get("lag_without_steal_ms") for _, r in ours]
+    net = [r.get("lag_net_ms") for _, r in ours]
     if not ok and all(net) and net != [r["lag_ms"] for _, r in ours]:
         net_p99 = max(n["p99"] for n in net if n)
         net_max = max(n["max"] for n in net if n)
         line += (
-            "; net of the moments the loop's core stood still (hypervisor steal on the "
-            f"core its thread was on): worst p99 {net_p99:.2f} ms, worst max {net_max:.2f} ms, "
+            f"; {NET}: worst p99 {net_p99:.2f} ms, worst max {net_max:.2f} ms, "
             f"{'met' if net_p99 <= 5 and net_max <= 15 else 'NOT met'}"
         )
     out.append(line)

@@ -182,7 +182,9 @@ class LoopLagProbe:
     thread moved to another core meanwhile, the lesser of the two cores' steal; 0 for other
     samples. Where the kernel does not say which core the thread is on, the least steal of
     any core (the moments the whole machine stood still). Empty where the kernel does not
-    tell.
+    tell. ``cores`` holds, for each sample at least 1 ms late, the cores the thread was on
+    when the counters were read before and at the sample (``(-1, -1)`` where not known, or
+    for other samples), so that what else saw those cores stand still can be set beside it.
     """
 
     def __init__(self, *, interval: float = 0.001) -> None:
@@ -197,6 +199,7 @@ class LoopLagProbe:
         self.faults: list[int] = []
         self.reclaims: list[int] = []
         self.stolen: list[float] = []
+        self.cores: list[tuple[int, int]] = []
         self._group: TaskGroup | None = None
         self._epoch = 0  # changes on pause() and resume(): a sleep spanning one is no sample
         self._paused = False
@@ -236,7 +239,7 @@ class LoopLagProbe:
     async def _run(self, started: anyio.Event) -> None:
         interval = self.interval
         samples, times, waits, runs = self.samples, self.times, self.cpu_waits, self.cpu_runs
-        stolen, kernel, faults = self.stolen, self.cpu_kernel, self.faults
+        stolen, kernel, faults, on = self.stolen, self.cpu_kernel, self.faults, self.cores
         fd = _open_schedstat()  # in the loop's thread: "thread-self" is that thread
         ran, waited = (0, 0) if fd is None else _times(fd)
         usage = _thread_usage()  # likewise
@@ -265,6 +268,7 @@ class LoopLagProbe:
                     in_kernel, faulted = usage()
                 lag = max(0.0, (now - asked - interval) * 1000.0)
                 took = 0.0
+                cores_now = (-1, -1)
                 if stat is not None and (lag >= _STEAL_OVER_MS or now - steal_read >= _STEAL_EVERY):
                     steal_before, steal = steal, _steal(stat)
                     if vmstat is not None:
@@ -274,6 +278,7 @@ class LoopLagProbe:
                     if core_fd is not None:
                         core_before, core = core, _core(core_fd)
                         cores = {core_before, core}
+                        cores_now = (core_before, core)
                     took = tick_ms * min(
                         (steal[c] - steal_before[c] for c in cores if c < len(steal)), default=0
                     )
@@ -289,6 +294,7 @@ class LoopLagProbe:
                     faults.append(faulted - faulted_before)
                 if stat is not None:
                     stolen.append(took if lag >= _STEAL_OVER_MS else 0.0)
+                    on.append(cores_now if lag >= _STEAL_OVER_MS else (-1, -1))
                     if vmstat is not None:
                         reclaims.append(stalls - stalls_before if lag >= _STEAL_OVER_MS else 0)
                 self._sampled.set()

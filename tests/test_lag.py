@@ -283,9 +283,16 @@ async def test_probe_counts_the_loops_core_standing_still_as_stolen(
     got = [probe.stolen[i] for i in at]
     if know_core:
         assert got == [3 * tick_ms, 4 * tick_ms, 0.0, 2 * tick_ms]
+        assert [probe.cores[i] for i in at] == [(1, 1), (1, 1), (1, 1), (1, 2)]
     else:
         assert got == [2 * tick_ms, 0.0, 0.0, 0.0]
+        assert [probe.cores[i] for i in at] == [(-1, -1)] * 4
     assert all(s == 0.0 for i, s in enumerate(probe.stolen) if i not in at), probe.stolen
+    # The cores are told for late samples only.
+    assert len(probe.cores) == len(probe.samples)
+    assert all(c == (-1, -1) for i, c in enumerate(probe.cores) if probe.samples[i] < 1), (
+        probe.cores
+    )
 
 
 def _vmstat_text(allocstalls: int, compactions: int) -> str:
@@ -357,3 +364,4 @@ async def test_probe_without_steal_counters_counts_none(
         await anyio.sleep(0.02)
     assert probe.samples
     assert probe.stolen == []
+    assert probe.cores == []

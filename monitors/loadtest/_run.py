@@ -10,9 +10,10 @@ import os
 import platform
 import resource
 import shutil
+import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from ._baseline import OrjsonFileBaseline, SdkLikeUploader
 from ._config import LoadtestConfig
 from ._memory import PeakRss
 from ._progress import Bar, Progress
+from ._witness import Stall, Witnesses, core_ms, witnesses
 from .errors import LoadtestError, NotEnoughDiskError
 
 __all__ = ["LoadtestReport", "RunResult", "make_episodes", "run_loadtest"]
@@ -124,6 +126,14 @@ class RunResult:
     #: Per lag sample, the ms the loop's core lost to the hypervisor meanwhile (steal time,
     #: to the kernel's tick; ``LoopLagProbe.stolen``): the core stood still.
     lag_stolen: list[float] = field(default_factory=list, repr=False)
+    #: Per lag sample at least 1 ms late, the cores the loop's thread was on
+    #: (``LoopLagProbe.cores``; empty where the kernel does not tell).
+    lag_cores: list[tuple[int, int]] = field(default_factory=list, repr=False)
+    #: The witness processes' cores and, per witness, the moments it stood still during the
+    #: run (``_witness``: a core stopped or crowded, whatever the loop did); empty where the
+    #: witnesses could not run.
+    witness_cores: list[int] = field(default_factory=list, repr=False)
+    witness_stalls: list[list[Stall]] = field(default_factory=list, repr=False)
 
     def cpu_wait(self, over_ms: float = 5.0) -> dict[str, float] | None:
         """Of the lag samples over ``over_ms``: how many, and what share of their lag the
@@ -132,7 +142,8 @@ class RunResult:
         it was asleep past its time. The same for the worst sample, and of its running the ms
         in the kernel and the page faults taken (``worst_kernel_ms``, ``worst_faults``) and
         the machine's direct reclaims and compactions meanwhile (``worst_reclaims``), where
-        the kernel tells. None where the kernel does not tell.
+        the kernel tells, and the ms of it the witness on the loop's core stood still too
+        (``worst_witnessed_ms``, where witnesses ran). None where the kernel does not tell.
 
         A sample's window is its interval plus its lag, so its parts may add up to more than
         the lag: stolen counts first (the kernel counts a thread's wait for a stolen core as
@@ -165,6 +176,8 @@ class RunResult:
             causes["worst_faults"] = self.lag_faults[at]
         if len(self.lag_reclaims) == len(parts):
             causes["worst_reclaims"] = self.lag_reclaims[at]
+        if self.witness_stalls:
+            causes["worst_witnessed_ms"] = self.witnessed()[at]
         return causes
 
     def _lag_parts(self) -> list[tuple[float, float, float, float]] | None:
@@ -182,13 +195,30 @@ class RunResult:
             parts.append((lag, wait, min(run, lag - took - wait), took))
         return parts
 
-    def lag_without_steal(self) -> LagStats:
-        """Lag with each sample's stolen ms taken off: what the loop's own work and this
-        machine's threads caused, without the moments the loop's core stood still."""
-        parts = self._lag_parts()
-        if parts is None or len(self.lag_stolen) != len(parts):
-            return self.lag
-        return LagStats.of([lag - took for lag, _, _, took in parts])
+    def witnessed(self) -> list[float]:
+        """Per lag sample, the ms of its lateness during which the witness on the loop's
+        core stood still too (see ``core_ms``; all zeros without witnesses)."""
+        n = len(self.lag_samples)
+        if not self.witness_stalls:
+            return [0.0] * n
+        seen = Witnesses(cores=self.witness_cores, stalls=self.witness_stalls)
+        cores = self.lag_cores if len(self.lag_cores) == n else [(-1, -1)] * n
+        times = [self.started_at + t for t in self.lag_times]
+        return core_ms(times, self.lag_samples, cores, seen)
+
+    def lag_net(self) -> LagStats:
+        """Lag with each sample's share of the machine's stalls taken off: the larger of the
+        steal time of the loop's core and the time that core's witness stood still. What is
+        left is the loop's own work, this machine's other threads, and late wake-ups no
+        witness shared."""
+        n = len(self.lag_samples)
+        stolen = self.lag_stolen if len(self.lag_stolen) == n else [0.0] * n
+        return LagStats.of(
+            [
+                lag - min(lag, max(took, seen))
+                for lag, took, seen in zip(self.lag_samples, stolen, self.witnessed(), strict=True)
+            ]
+        )
 
     @property
     def lost_total(self) -> int:
@@ -204,7 +234,7 @@ class RunResult:
         return self.error is None and self.delivered == self.submitted == self.records
 
     def to_dict(self) -> dict[str, Any]:
-        net = self.lag_without_steal()  # sorts every sample once
+        net = self.lag_net()  # sorts every sample once
         return {
             "run": self.run,
             "name": self.name,
@@ -243,9 +273,17 @@ class RunResult:
             "error": self.error,
             "lag_trace_ms": {"bin_s": LAG_TRACE_BIN, "max": self.lag_trace(LAG_TRACE_BIN)},
             "lag_cpu_wait": self.cpu_wait(),
-            "lag_without_steal_ms": {
+            "lag_net_ms": {
                 "p99": net.p99,
                 "max": net.max,
+            },
+            "witness_stalls": {
+                "cores": list(self.witness_cores),
+                "count": [len(s) for s in self.witness_stalls],
+                "longest_ms": [
+                    max(((now - due) * 1e3 for due, now in s), default=0.0)
+                    for s in self.witness_stalls
+                ],
             },
         }
 
@@ -585,6 +623,7 @@ class _Driver:
         result.lag_faults = probe.faults[run:]
         result.lag_reclaims = probe.reclaims[run:]
         result.lag_stolen = probe.stolen[run:]
+        result.lag_cores = probe.cores[run:]
         result.lag = LagStats.of(during)
         result.start_lag_max = max(samples[first:run], default=0.0)
         result.lag_samples = during
@@ -653,7 +692,8 @@ async def _run_one(
     server_pid = server.pid if server is not None and run in _TALKS_HTTP else None
     server_cpu0 = process_cpu(server_pid) if server_pid is not None else None
     try:
-        await _Driver(monitor, result, episodes, config, bar).run()
+        async with _witnessed(result):
+            await _Driver(monitor, result, episodes, config, bar).run()
     finally:
         bar.close()
     result.cpu = (process_cpu() or 0.0) - (cpu0 or 0.0)
@@ -673,6 +713,34 @@ async def _run_one(
     if run in _TALKS_HTTP:
         result.server = await server.astats()
     return result
+
+
+@contextlib.asynccontextmanager
+async def _witnessed(result: RunResult) -> AsyncIterator[None]:
+    """Witnesses (``_witness``) on every core while the block runs; their stalls during
+    the run go to ``result`` (started and stopped in a worker thread: each takes a few ms
+    to tens of ms). A run goes on without them, and says so, where they cannot run."""
+    cm = witnesses()
+    try:
+        seen = await anyio.to_thread.run_sync(cm.__enter__)
+    except (OSError, RuntimeError) as exc:
+        log.warning("%s: no witness processes (%s); lag is net of steal only", result.name, exc)
+        yield
+        return
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await anyio.to_thread.run_sync(cm.__exit__, None, None, None)
+            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                log.warning("%s: the witness processes failed (%s)", result.name, exc)
+            else:
+                start = result.started_at - 1.0  # a sample's lag reaches back before it
+                result.witness_cores = seen.cores
+                result.witness_stalls = [
+                    [(due, now) for due, now in stalls if now >= start] for stalls in seen.stalls
+                ]
 
 
 def lower_priority(pid: int, nice: int) -> None:

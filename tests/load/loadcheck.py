@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from witness import Stall, machine_ms, witnesses
+from witness import machine_ms
 
 from monitors.loadtest import LoadtestConfig, LoadtestReport, NotEnoughDiskError, RunResult
 from monitors.loadtest import run_loadtest as _run_loadtest
@@ -33,16 +33,15 @@ LAG_MAX = 250.0
 _WHOLE = 1 << 40
 
 
-def run(config: LoadtestConfig) -> tuple[LoadtestReport, list[list[Stall]]]:
-    """The load test, and the machine's stalls its witnesses saw meanwhile; a run whose
-    files cannot fit on the disk is skipped, naming the shortfall (the only skip these tests
-    allow; only file-writing runs check the disk)."""
+def run(config: LoadtestConfig) -> LoadtestReport:
+    """The load test (each run with the machine's stalls its witnesses saw meanwhile:
+    ``RunResult.witness_stalls``); a run whose files cannot fit on the disk is skipped,
+    naming the shortfall (the only skip these tests allow; only file-writing runs check the
+    disk)."""
     try:
-        with witnesses() as seen:
-            report = anyio.run(_run_loadtest, config)
+        return anyio.run(_run_loadtest, config)
     except NotEnoughDiskError as exc:
         pytest.skip(f"not enough free disk ({exc.shortfall / 1e9:.1f} GB short): {exc}")
-    return report, seen.stalls
 
 
 def out_dir(tmp_path: Path) -> Iterator[Path]:
@@ -54,18 +53,19 @@ def out_dir(tmp_path: Path) -> Iterator[Path]:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def check_run(r: RunResult, episodes: int, machine: Sequence[Sequence[Stall]]) -> None:
+def check_run(r: RunResult, episodes: int) -> None:
     """Every record delivered, nothing lost, and the call and lag bounds, each judged net
     of the machine's stalls.
 
     Shared hosts stall these VMs for hundreds of ms (1.5 s seen: the host's other tenants;
     the guest's steal counters show a part of it at most). What the load test measures is
-    the code: a log call is judged less the time a witness process (``witness.py``) was
+    the code: a log call is judged less the time a witness process (``_witness``) was
     stalled during it; a lag sample less the larger of that and what the kernel counted as
     the loop's thread waiting for a core or its core stolen. What is left is the loop's own
     running and sleeping past its time: a blocking step of ours (CPU or I/O on the loop)
     counts in full.
     """
+    machine = r.witness_stalls
     times = [r.started_at + t for t in r.lag_times]
     seen = machine_ms(times, r.lag_samples, machine)
     parts = r._lag_parts()

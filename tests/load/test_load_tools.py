@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import json
+import os
 import re
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +156,10 @@ def test_cli_runs_and_reports_json(capsys: pytest.CaptureFixture[str], tmp_path:
         assert 0 <= wait["running_share"] <= 1 - wait["share"] + 1e-9
         assert 0 <= wait["worst_running_ms"] <= wait["worst_lag_ms"] - wait["worst_wait_ms"]
         assert 0 <= wait["stolen_share"] <= 1 - wait["share"] - wait["running_share"] + 1e-9
-        assert r["lag_without_steal_ms"]["max"] <= r["lag_ms"]["max"]
+        assert r["lag_net_ms"]["max"] <= r["lag_ms"]["max"]
+        # A witness on every core watched the run (Linux: the cores this process may use).
+        assert r["witness_stalls"]["cores"] == sorted(os.sched_getaffinity(0))
+        assert len(r["witness_stalls"]["count"]) == len(r["witness_stalls"]["cores"])
     for run in ("file", "prime"):  # what the loop's thread did during the slowest log call
         r = runs[run]
         waiting, running = r["slowest_log_waiting_ms"], r["slowest_log_running_ms"]
@@ -236,6 +242,25 @@ def test_without_effective_each_episode_is_logged_once(tmp_path: Path) -> None:
         e.id for e in make_episodes(config)[1]
     ]
     assert not Path(result.streams["effective"]).exists()
+
+
+def test_a_run_goes_on_without_witnesses_where_they_cannot_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import monitors.loadtest._run as run_module
+
+    @contextlib.contextmanager
+    def no_witnesses() -> Iterator[None]:
+        raise OSError("no processes here")
+        yield
+
+    monkeypatch.setattr(run_module, "witnesses", no_witnesses)
+    config = LoadtestConfig(monitors=("file",), episodes=2, size=100_000, progress=False)
+    result = anyio.run(run_loadtest, config).result("file")
+    assert result.all_delivered
+    assert (result.witness_cores, result.witness_stalls) == ([], [])
+    assert result.witnessed() == [0.0] * len(result.lag_samples)
+    assert "FileMonitor: no witness processes (no processes here)" in caplog.text
 
 
 @pytest.mark.parametrize("freeze", [True, False])
@@ -354,9 +379,9 @@ def test_lag_over_5_ms_is_split_into_waiting_running_stolen_and_neither() -> Non
         "6% neither; worst 20.0 ms: 10.0 waiting, 0.0 running, 10.0 stolen"
     )
     # Without the steal: 0.2, 10, 10 and 0 ms.
-    assert r.lag_without_steal().max == 10.0
-    assert r.lag_without_steal().count == 4
-    assert r.to_dict()["lag_without_steal_ms"]["max"] == 10.0
+    assert r.lag_net().max == 10.0
+    assert r.lag_net().count == 4
+    assert r.to_dict()["lag_net_ms"]["max"] == 10.0
     r.lag_samples = [0.2, 4.0, 1.0, 0.5]
     assert _lag_causes(r.name, r.cpu_wait() or {}) == (
         "FileMonitor no samples over 5 ms, worst 4.0 ms: 4.0 waiting, 0.0 running, 0.0 stolen"
@@ -364,10 +389,50 @@ def test_lag_over_5_ms_is_split_into_waiting_running_stolen_and_neither() -> Non
     r.lag_stolen = []  # the kernel did not tell the steal: none is counted
     r.lag_samples = [0.2, 10.0, 20.0, 17.0]
     assert (r.cpu_wait() or {})["stolen_share"] == 0.0
-    assert r.lag_without_steal() == r.lag
+    assert r.lag_net() == LagStats.of(r.lag_samples)
     r.lag_cpu_runs = []  # the kernel did not tell
     assert r.cpu_wait() is None
-    assert r.lag_without_steal() == r.lag
+    assert r.lag_net() == LagStats.of(r.lag_samples)
+
+
+def test_lag_net_takes_off_what_the_witness_on_the_loops_core_saw() -> None:
+    r = RunResult(run="prime", name="PrimeMonitor", episodes=1, started_at=100.0)
+    # 200 samples on time, then four late ones ending at 102 s, 103 s, 104 s and 105 s.
+    quiet = [0.5] * 200
+    r.lag_samples = [*quiet, 20.0, 20.0, 20.0, 20.0]
+    r.lag_times = [i / 1000 for i in range(200)] + [2.0, 3.0, 4.0, 5.0]
+    r.lag_cpu_waits = [0.0] * 204
+    r.lag_cpu_runs = [0.0] * 204
+    r.lag_stolen = [0.0] * 200 + [0.0, 0.0, 10.0, 0.0]
+    r.lag_cores = [(-1, -1)] * 200 + [(0, 0), (1, 1), (0, 0), (0, 1)]
+    assert r.witnessed() == [0.0] * 204  # no witnesses: steal only
+    r.lag = LagStats.of(r.lag_samples)
+    r.witness_cores = [0, 1]
+    # Core 0's witness stood still 15 ms of each late sample but the fourth's; core 1's
+    # 5 ms of the second.
+    r.witness_stalls = [
+        [(101.985, 102.0), (102.985, 103.0), (104.985, 105.0)],
+        [(101.995, 102.0)],
+    ]
+    assert r.witnessed()[:200] == [0.0] * 200
+    assert r.witnessed()[200:] == [pytest.approx(15.0), 0.0, 0.0, pytest.approx(0.0)]
+    # 5 ms left on core 0; core 1's witness was on time; 10 stolen; moved from core 0 to
+    # core 1 (the lesser of the two witnesses').
+    assert r.lag_net().max == pytest.approx(20.0)
+    (line,) = [t for t in targets(_report_of(r)) if t.startswith("loop lag")]
+    assert "; net of the moments the loop's core stood still" in line
+    assert "witness process on that core woke late" in line
+    r.lag_samples[201] = r.lag_samples[203] = 1.0
+    r.lag = LagStats.of(r.lag_samples)
+    (line,) = [t for t in targets(_report_of(r)) if t.startswith("loop lag")]
+    assert line.endswith("worst max 10.00 ms (PrimeMonitor) -> met"), line
+    r.lag_stolen[202] = 20.0
+    assert r.lag_net().max == pytest.approx(5.0)  # what core 0's witness left of the second
+    w = r.cpu_wait() or {}
+    assert w["worst_witnessed_ms"] == pytest.approx(15.0)
+    assert "(its core's witness stood still 15.0)" in _lag_causes(r.name, w)
+    stalls = r.to_dict()["witness_stalls"]
+    assert stalls == {"cores": [0, 1], "count": [3, 1], "longest_ms": pytest.approx([15.0, 5.0])}
 
 
 def test_the_worst_samples_running_says_how_much_was_the_kernel_faulting_pages_in() -> None:

@@ -1,4 +1,5 @@
-"""The witnesses that tell the machine's stalls from the loop's own (``witness.py``)."""
+"""The witnesses that tell the machine's stalls from the loop's own (``_witness``), and the
+tests' and the load test's bounds judged net of them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import signal
 import time
 
 import pytest
-from witness import lag_within, machine_ms, overlap, own_ms, witnesses
+from witness import Stall, lag_within, machine_ms, overlap, own_ms, witnesses
 
 from monitors import LagStats, LoopLagProbe
 from monitors.loadtest import RunResult
@@ -79,23 +80,30 @@ def _run(lags: list[float]) -> RunResult:
     )
 
 
+def with_stalls(r: RunResult, stalls: list[list[Stall]]) -> RunResult:
+    """``r`` as if a witness on each of cores 0, 1, ... had seen ``stalls``."""
+    r.witness_cores = list(range(len(stalls)))
+    r.witness_stalls = stalls
+    return r
+
+
 def test_check_run_bounds_the_loops_own_lag() -> None:
     worst = 2 * LAG_MAX  # the last sample, ending at t = 201 s
     r = _run([0.5] * 200 + [worst])
     with pytest.raises(AssertionError, match=r"the loop's own, max 500\.00 ms"):
-        check_run(r, 1, [])
+        check_run(with_stalls(r, []), 1)
     # A witness stalled through all but 100 ms of it: the machine's.
-    check_run(r, 1, [[(201.0 - worst / 1e3, 201.0 - 0.1)]])
+    check_run(with_stalls(r, [[(201.0 - worst / 1e3, 201.0 - 0.1)]]), 1)
     # ... but not through enough of it.
     with pytest.raises(AssertionError, match=r"own, max 300\.00 ms"):
-        check_run(r, 1, [[(201.0 - worst / 1e3, 201.0 - 0.3)]])
+        check_run(with_stalls(r, [[(201.0 - worst / 1e3, 201.0 - 0.3)]]), 1)
     # Waiting for a core and a stolen core are the machine's too, together ...
     r.lag_cpu_waits[-1], r.lag_stolen[-1] = 200.0, 200.0
-    check_run(r, 1, [])
+    check_run(with_stalls(r, []), 1)
     # ... but the loop's thread running is its own.
     r.lag_cpu_waits[-1], r.lag_stolen[-1], r.lag_cpu_runs[-1] = 0.0, 0.0, worst
     with pytest.raises(AssertionError, match=r"own, max 500\.00 ms"):
-        check_run(r, 1, [])
+        check_run(with_stalls(r, []), 1)
 
 
 def test_check_run_bounds_log_calls_net_of_the_machines_stalls() -> None:
@@ -103,10 +111,10 @@ def test_check_run_bounds_log_calls_net_of_the_machines_stalls() -> None:
     r.log_spans.append((10.0, 1.5))
     r.log_calls = 2
     with pytest.raises(AssertionError, match=r"net of the machine's stalls 1\.500 s"):
-        check_run(r, 1, [])
-    check_run(r, 1, [[(9.0, 10.8)], [(10.1, 10.2)]])  # 0.8 s of it the machine's
+        check_run(with_stalls(r, []), 1)
+    check_run(with_stalls(r, [[(9.0, 10.8)], [(10.1, 10.2)]]), 1)  # 0.8 s of it the machine's
     with pytest.raises(AssertionError, match=r"stalls 1\.100 s"):
-        check_run(r, 1, [[(10.0, 10.4)]])
+        check_run(with_stalls(r, [[(10.0, 10.4)]]), 1)
     r.log_spans.clear()  # every call must be timed
     with pytest.raises(AssertionError):
-        check_run(r, 1, [[(9.0, 10.8)]])
+        check_run(with_stalls(r, [[(9.0, 10.8)]]), 1)
