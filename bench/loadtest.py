@@ -178,6 +178,25 @@ def worst_sample(r: dict[str, Any], w: dict[str, float]) -> str:
     )
 
 
+def worst_net(w: dict[str, float]) -> str:
+    """A run's worst sample net of the machine's stalls, and what was said of it (ms)."""
+    said = ", ".join(
+        f"{w[key]:.1f} {what}"
+        for key, what in (
+            ("wait_ms", "waiting for a core"),
+            ("running_ms", "running"),
+            ("stolen_ms", "stolen"),
+            ("witnessed_ms", "its core's witness stood still"),
+            ("any_witness_ms", "some witness stood still"),
+        )
+        if key in w
+    )
+    return (
+        f"net of the machine's stalls, the worst: {w['net_ms']:.1f} ms left of a "
+        f"{w['lag_ms']:.1f} ms sample {w['at_s']:.1f} s into the run ({said})"
+    )
+
+
 def verdicts(reports: list[dict[str, Any]]) -> list[str]:
     ours = [
         (rep, r)
@@ -302,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
             w = r.get("lag_cpu_wait")
             if w and r["run"] in ("file", "prime", "wandb"):
                 print(f"- {worst_sample(r, w)}")
+            net = r.get("lag_net_worst")
+            if net and r["run"] in ("file", "prime", "wandb"):
+                print(f"  - {worst_net(net)}")
     speeds = [rep["machine"].get("orjson_mb_s") for rep in reports]
     if all(speeds):
         print(

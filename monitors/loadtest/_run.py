@@ -33,7 +33,7 @@ from ._baseline import OrjsonFileBaseline, SdkLikeUploader
 from ._config import LoadtestConfig
 from ._memory import PeakRss
 from ._progress import Bar, Progress
-from ._witness import Stall, Witnesses, core_ms, witnesses
+from ._witness import Stall, Witnesses, core_ms, machine_ms, witnesses
 from .errors import LoadtestError, NotEnoughDiskError
 
 __all__ = ["LoadtestReport", "RunResult", "make_episodes", "run_loadtest"]
@@ -130,8 +130,8 @@ class RunResult:
     #: (``LoopLagProbe.cores``; empty where the kernel does not tell).
     lag_cores: list[tuple[int, int]] = field(default_factory=list, repr=False)
     #: The witness processes' cores and, per witness, the moments it stood still during the
-    #: run (``_witness``: a core stopped or crowded, whatever the loop did); empty where the
-    #: witnesses could not run.
+    #: run (``_witness``: its core stopped, whatever the loop did); empty where the witnesses
+    #: could not run.
     witness_cores: list[int] = field(default_factory=list, repr=False)
     witness_stalls: list[list[Stall]] = field(default_factory=list, repr=False)
 
@@ -206,19 +206,40 @@ class RunResult:
         times = [self.started_at + t for t in self.lag_times]
         return core_ms(times, self.lag_samples, cores, seen)
 
+    def _net(self) -> list[float]:
+        n = len(self.lag_samples)
+        stolen = self.lag_stolen if len(self.lag_stolen) == n else [0.0] * n
+        return [
+            lag - min(lag, max(took, seen))
+            for lag, took, seen in zip(self.lag_samples, stolen, self.witnessed(), strict=True)
+        ]
+
     def lag_net(self) -> LagStats:
         """Lag with each sample's share of the machine's stalls taken off: the larger of the
         steal time of the loop's core and the time that core's witness stood still. What is
         left is the loop's own work, this machine's other threads, and late wake-ups no
         witness shared."""
-        n = len(self.lag_samples)
-        stolen = self.lag_stolen if len(self.lag_stolen) == n else [0.0] * n
-        return LagStats.of(
-            [
-                lag - min(lag, max(took, seen))
-                for lag, took, seen in zip(self.lag_samples, stolen, self.witnessed(), strict=True)
-            ]
-        )
+        return LagStats.of(self._net())
+
+    def worst_net(self) -> dict[str, float] | None:
+        """The sample with the most lag left net of the machine's stalls: when (s into the
+        run), its lag and what is left, and what the kernel (ms waiting, running, stolen,
+        where it tells) and the witnesses (the one on the loop's core; any one) said of it.
+        None without samples."""
+        net = self._net()
+        if not net:
+            return None
+        at = max(range(len(net)), key=net.__getitem__)
+        lag = self.lag_samples[at]
+        worst = {"at_s": self.lag_times[at], "lag_ms": lag, "net_ms": net[at]}
+        parts = self._lag_parts()
+        if parts is not None:
+            _, worst["wait_ms"], worst["running_ms"], worst["stolen_ms"] = parts[at]
+        if self.witness_stalls:
+            worst["witnessed_ms"] = self.witnessed()[at]
+            t = self.started_at + self.lag_times[at]
+            worst["any_witness_ms"] = machine_ms([t], [lag], self.witness_stalls)[0]
+        return worst
 
     @property
     def lost_total(self) -> int:
@@ -277,6 +298,7 @@ class RunResult:
                 "p99": net.p99,
                 "max": net.max,
             },
+            "lag_net_worst": self.worst_net(),
             "witness_stalls": {
                 "cores": list(self.witness_cores),
                 "count": [len(s) for s in self.witness_stalls],

@@ -419,6 +419,18 @@ def test_lag_net_takes_off_what_the_witness_on_the_loops_core_saw() -> None:
     # 5 ms left on core 0; core 1's witness was on time; 10 stolen; moved from core 0 to
     # core 1 (the lesser of the two witnesses').
     assert r.lag_net().max == pytest.approx(20.0)
+    # The worst left: the sample on core 1, whose witness was on time while core 0's was not.
+    assert r.worst_net() == {
+        "at_s": 3.0,
+        "lag_ms": 20.0,
+        "net_ms": 20.0,
+        "wait_ms": 0.0,
+        "running_ms": 0.0,
+        "stolen_ms": 0.0,
+        "witnessed_ms": 0.0,
+        "any_witness_ms": pytest.approx(15.0),
+    }
+    assert r.to_dict()["lag_net_worst"] == r.worst_net()
     (line,) = [t for t in targets(_report_of(r)) if t.startswith("loop lag")]
     assert "; net of the moments the loop's core stood still" in line
     assert "witness process on that core woke late" in line
@@ -515,3 +527,13 @@ def test_the_lag_target_is_judged_as_measured_and_said_net_of_steal_too() -> Non
     r.lag = LagStats.of(r.lag_samples)
     (line,) = [t for t in targets(_report_of(r)) if t.startswith("loop lag")]
     assert line.endswith("worst max 12.00 ms (FileMonitor) -> met"), line
+
+
+def test_the_benchmark_says_the_worst_sample_net_of_the_machines_stalls() -> None:
+    from bench.loadtest import worst_net
+
+    w = {"at_s": 3.0, "lag_ms": 20.0, "net_ms": 12.5, "wait_ms": 7.5, "witnessed_ms": 7.5}
+    assert worst_net(w) == (
+        "net of the machine's stalls, the worst: 12.5 ms left of a 20.0 ms sample 3.0 s into "
+        "the run (7.5 waiting for a core, 7.5 its core's witness stood still)"
+    )
