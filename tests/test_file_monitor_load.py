@@ -31,8 +31,6 @@ def anyio_backend() -> str:
 async def test_file_monitor_under_load(tmp_path: Path) -> None:
     expected = {}
     windows: list[tuple[float, float]] = []
-    ends: list[float] = []
-    spent_ms: list[float] = []
     with witnesses() as seen:
         async with (
             LoopLagProbe() as probe,
@@ -47,8 +45,6 @@ async def test_file_monitor_under_load(tmp_path: Path) -> None:
                 await monitor.log_episodes([episode], step=i, subset="all")
                 ended = time.perf_counter()
                 windows.append((started, ended))
-                ends.append(ended)
-                spent_ms.append((ended - started) * 1e3)
                 data = orjson.dumps(episode)
                 assert expected.setdefault(spec, data) == data  # same pair, same episode
                 del episode
@@ -56,6 +52,8 @@ async def test_file_monitor_under_load(tmp_path: Path) -> None:
     # The loop's lag while log_episodes ran (samples whose whole sleep fell inside a call)
     # and the calls themselves, judged net of the machine's stalls (witness.py).
     during = lag_within(probe, windows, seen.stalls)
+    ends = [end for _, end in windows]
+    spent_ms = [(end - start) * 1e3 for start, end in windows]
     slowest = max(own_ms(ends, spent_ms, seen.stalls)) / 1e3
     window_ms = 1000 * sum(end - start for start, end in windows)
     summary = (

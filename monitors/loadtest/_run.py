@@ -206,12 +206,12 @@ class RunResult:
         times = [self.started_at + t for t in self.lag_times]
         return core_ms(times, self.lag_samples, cores, seen)
 
-    def _net(self) -> list[float]:
+    def _net(self, witnessed: list[float]) -> list[float]:
         n = len(self.lag_samples)
         stolen = self.lag_stolen if len(self.lag_stolen) == n else [0.0] * n
         return [
             lag - min(lag, max(took, seen))
-            for lag, took, seen in zip(self.lag_samples, stolen, self.witnessed(), strict=True)
+            for lag, took, seen in zip(self.lag_samples, stolen, witnessed, strict=True)
         ]
 
     def lag_net(self) -> LagStats:
@@ -219,14 +219,15 @@ class RunResult:
         steal time of the loop's core and the time that core's witness stood still. What is
         left is the loop's own work, this machine's other threads, and late wake-ups no
         witness shared."""
-        return LagStats.of(self._net())
+        return LagStats.of(self._net(self.witnessed()))
 
     def worst_net(self) -> dict[str, float] | None:
         """The sample with the most lag left net of the machine's stalls: when (s into the
         run), its lag and what is left, and what the kernel (ms waiting, running, stolen,
         where it tells) and the witnesses (the one on the loop's core; any one) said of it.
         None without samples."""
-        net = self._net()
+        witnessed = self.witnessed()
+        net = self._net(witnessed)
         if not net:
             return None
         at = max(range(len(net)), key=net.__getitem__)
@@ -236,7 +237,7 @@ class RunResult:
         if parts is not None:
             _, worst["wait_ms"], worst["running_ms"], worst["stolen_ms"] = parts[at]
         if self.witness_stalls:
-            worst["witnessed_ms"] = self.witnessed()[at]
+            worst["witnessed_ms"] = witnessed[at]
             t = self.started_at + self.lag_times[at]
             worst["any_witness_ms"] = machine_ms([t], [lag], self.witness_stalls)[0]
         return worst
