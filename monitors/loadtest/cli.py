@@ -19,7 +19,7 @@ from ._report import check_plotting, plot, text, to_json
 from ._run import run_loadtest
 from .errors import LoadtestError
 
-__all__ = ["main", "nodewise", "parse_bytes", "parse_seconds"]
+__all__ = ["config_from", "main", "nodewise", "parse_bytes", "parse_seconds", "parser"]
 
 _UNITS = {
     "": None,
@@ -210,6 +210,32 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def config_from(args: argparse.Namespace) -> LoadtestConfig:
+    """The run ``parser()``'s arguments ask for (raises ``LoadtestError`` on bad values)."""
+    return LoadtestConfig(
+        monitors=args.monitors,
+        episodes=args.episodes,
+        size=args.size,
+        size_median=args.size_median,
+        size_p90=args.size_p90,
+        size_cap=args.size_cap,
+        step_size=args.step_size,
+        effective=not args.no_effective,
+        ahead=args.ahead,
+        seed=args.seed,
+        latency=args.latency,
+        bandwidth=args.bandwidth,
+        in_flight=args.in_flight,
+        server_nice=args.server_nice,
+        drain_timeout=args.drain_timeout,
+        chunk_bytes=args.chunk_bytes,
+        out=args.out,
+        baseline=args.baseline,
+        gc_freeze=not args.no_gc_freeze,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``nodewise loadtest``: 0 when every nodewise monitor delivered every record, 1 when
     one did not, 2 for bad options or a run that cannot start, 130 when interrupted."""
@@ -220,28 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_plotting()
         if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
             raise LoadtestError(f"--json {args.json}: no such directory")
-        config = LoadtestConfig(
-            monitors=args.monitors,
-            episodes=args.episodes,
-            size=args.size,
-            size_median=args.size_median,
-            size_p90=args.size_p90,
-            size_cap=args.size_cap,
-            step_size=args.step_size,
-            effective=not args.no_effective,
-            ahead=args.ahead,
-            seed=args.seed,
-            latency=args.latency,
-            bandwidth=args.bandwidth,
-            in_flight=args.in_flight,
-            server_nice=args.server_nice,
-            drain_timeout=args.drain_timeout,
-            chunk_bytes=args.chunk_bytes,
-            out=args.out,
-            baseline=args.baseline,
-            gc_freeze=not args.no_gc_freeze,
-            progress=not args.no_progress and sys.stderr.isatty(),
-        )
+        config = config_from(args)
         report = anyio.run(run_loadtest, config)
     except LoadtestError as exc:
         print(f"nodewise loadtest: {exc}", file=sys.stderr)
