@@ -40,6 +40,8 @@ THRESHOLD_MS = 8.0
 EVERY_S = 0.001
 #: Frames of the loop's thread kept per stack, innermost last.
 FRAMES = 6
+#: The kinds of stall, as ``Stall.kind`` tells them.
+RUNNING, STILL, BLOCKED = "loop on its CPU clock", "neither thread ran", "loop blocked off the CPU"
 
 
 @dataclass
@@ -49,16 +51,17 @@ class Stall:
     start: float  # perf_counter at the note before the stall
     wall_ms: float
     cpu_ms: float  # the loop's thread's CPU clock across it
-    sampler_late_ms: float = 0.0  # the most the sampler's own wake-ups came late meanwhile
+    sampler_late_ms: float = 0.0  # the latest of the sampler's wake-ups in it or 2 ms after
     stacks: list[str] = field(default_factory=list)  # distinct, as the sampler saw them
 
     @property
     def kind(self) -> str:
+        """``RUNNING``, ``STILL`` or ``BLOCKED``: what most of the stall was (see above)."""
         if self.cpu_ms >= self.wall_ms / 2:
-            return "loop on its CPU clock"
+            return RUNNING
         if self.sampler_late_ms >= self.wall_ms / 2:
-            return "neither thread ran"
-        return "loop blocked off the CPU"
+            return STILL
+        return BLOCKED
 
 
 class StallSampler:
@@ -141,11 +144,11 @@ def during_runs(report: LoadtestReport, stalls: Sequence[Stall]) -> list[tuple[s
 
 
 def summary(found: Sequence[tuple[str, Stall]], *, longest: int = 8) -> str:
-    kinds = ("loop on its CPU clock", "neither thread ran", "loop blocked off the CPU")
     lines = [
         f"Stalls of the loop over {THRESHOLD_MS:g} ms during the runs (a task noting the time "
         f"every {EVERY_S * 1e3:g} ms; a thread of the same process waking as often): "
-        f"{len(found)}; " + ", ".join(f"{k}: {sum(s.kind == k for _, s in found)}" for k in kinds)
+        f"{len(found)}; "
+        + ", ".join(f"{k}: {sum(s.kind == k for _, s in found)}" for k in (RUNNING, STILL, BLOCKED))
     ]
     for label, s in sorted(found, key=lambda f: -f[1].wall_ms)[:longest]:
         lines.append(

@@ -38,13 +38,13 @@ def _stalls_around(step: Callable[[float], None]) -> list[Stall]:
 
 def test_a_long_step_on_the_loop_is_caught_running_with_its_stack() -> None:
     (stall,) = _stalls_around(_spin)
-    assert stall.kind == "loop on its CPU clock"
+    assert stall.kind == stalls.RUNNING
     assert any(", in _spin\n" in stack for stack in stall.stacks), stall.stacks
 
 
 def test_a_blocking_call_on_the_loop_is_caught_off_the_cpu_with_its_stack() -> None:
     (stall,) = _stalls_around(_block)
-    assert stall.kind == "loop blocked off the CPU"
+    assert stall.kind == stalls.BLOCKED
     assert any(", in _block\n" in stack for stack in stall.stacks), stall.stacks
 
 
