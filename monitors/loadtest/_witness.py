@@ -5,8 +5,9 @@ wake-up that came more than 3 ms late, not counting up to 10 ms of the time it t
 for its core (Linux schedstat): a core crowded by busy threads, the load test's own
 included, delays a sleeper only that way, and briefly. What is left is the core standing
 still (a shared host's hypervisor ran something else, which the guest's counters may show
-as steal, as waiting or even as running). A stall of the loop that is its own (its code running, the
-GIL held by one of its threads, a blocking call, a busy core) leaves the witnesses on time.
+as steal, as waiting or even as running). A stall of the loop that is its own (its code
+running, the GIL held by one of its threads, a blocking call, a busy core) leaves the
+witnesses on time.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from dataclasses import dataclass, field
 __all__ = ["THRESHOLD_MS", "Stall", "Witnesses", "core_ms", "machine_ms", "overlap", "witnesses"]
 
 #: A stall: from the wake-up asked for to the one that came (less the witness's wait for its
-#: core, up to ``CROWDED_MS``), ``time.perf_counter()`` seconds (CLOCK_MONOTONIC on Linux: one clock for every
-#: process of the machine).
+#: core, up to ``CROWDED_MS``), ``time.perf_counter()`` seconds (CLOCK_MONOTONIC on Linux: one
+#: clock for every process of the machine).
 Stall = tuple[float, float]
 #: A witness notes wake-ups later than this (ms): a sleeper's ordinary lateness stays under.
 THRESHOLD_MS = 3.0
