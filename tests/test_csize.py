@@ -218,7 +218,8 @@ def _block(value: Any) -> list[Any]:
 
 @needs_csize
 @given(
-    value=st.lists(sized_values, max_size=8) | st.dictionaries(st.text(max_size=8), sized_values),
+    value=st.lists(sized_values, max_size=8)
+    | st.dictionaries(st.text(max_size=8), sized_values, max_size=8),
     limit=st.integers(0, 400),
 )
 def test_plan_matches_the_reference_and_its_sizes_plan_the_same(value: Any, limit: int) -> None:
@@ -246,6 +247,50 @@ def test_plan_matches_the_reference_and_its_sizes_plan_the_same(value: Any, limi
             with_sizes, _ = csize.plan(inner_block, inner_map, limit, leaf_types, sizes)
             afresh, _ = csize.plan(inner_block, inner_map, limit, leaf_types, None)
             assert [g[:3] for g in with_sizes] == [g[:3] for g in afresh]
+
+
+class _Record:
+    pass
+
+
+def _dict_layouts() -> list[dict[Any, Any]]:
+    """Dicts laid out every way the C check reads them: deleted entries, keys other than str,
+    an instance's split table, and hash tables with 1, 2 and 4-byte indices."""
+    emptied = {"a": 1}
+    del emptied["a"]
+    holes = {f"k{i}": "x" * (i % 7) for i in range(300)}  # 512 slots: 2-byte indices
+    for i in range(0, 300, 3):
+        del holes[f"k{i}"]
+    short_holes = {f"k{i}": [i] * (i % 3) for i in range(20)}
+    for i in (0, 5, 19):
+        del short_holes[f"k{i}"]
+    record = _Record()
+    record.a = "xyz"  # type: ignore[attr-defined]
+    record.b = [1, 2.5]  # type: ignore[attr-defined]
+    return [
+        {},
+        emptied,
+        holes,
+        short_holes,
+        {1: "a", "b": 2.5, 3.5: None, None: [1]},
+        vars(record),
+        {f"k{i}": i for i in range(70_000)},  # 4-byte indices
+    ]
+
+
+@needs_csize
+def test_every_dict_layout_is_read_item_by_item_as_python_sees_it() -> None:
+    assert csize is not None
+    for value in _dict_layouts():
+        assert csize.size([value], BIG - 1, ()) == reference(value, ()), list(value)[:3]
+        if 0 < len(value) <= 32:
+            # A short dict just over the limit: its elements measured one by one on the way,
+            # in the order its items come, all but the last (where the limit was passed).
+            plan, _ = csize.plan([value], False, reference(value, ()) - 1, (), None)
+            assert len(plan[0]) == 4
+            sizes = plan[0][3]  # type: ignore[misc]
+            expected = tuple(reference(v, ()) for v in value.values())
+            assert sizes[:-1] == expected[:-1], list(value)[:3]
 
 
 @needs_csize
