@@ -135,18 +135,15 @@ projected_past(State *s, Py_ssize_t start, Py_ssize_t n)
     return 1;
 }
 
+/* Add items[i:] of a list of n items whose items were counted from ``start``; ``numbers``:
+ * items[:i] were all floats and ints, so the run of numbers goes on from i. */
 static int
-add_items(State *s, PyObject **items, Py_ssize_t n, int depth)
+add_rest(State *s, PyObject **items, Py_ssize_t n, Py_ssize_t i, Py_ssize_t start, int depth,
+         int numbers)
 {
-    s->total += 2 + n;
-    if (s->total > s->limit) {
-        return 1;
-    }
-    Py_ssize_t start = s->total;
-    Py_ssize_t i = 0;
     /* A run of numbers (token ids, logprobs) in a tight loop of its own: most elements of an
      * episode are such numbers. */
-    for (; i < n; i++) {
+    for (; numbers && i < n; i++) {
         PyTypeObject *t = Py_TYPE(items[i]);
         if (t == &PyFloat_Type) {
             s->total += 20;
@@ -175,6 +172,16 @@ add_items(State *s, PyObject **items, Py_ssize_t n, int depth)
         }
     }
     return 0;
+}
+
+static int
+add_items(State *s, PyObject **items, Py_ssize_t n, int depth)
+{
+    s->total += 2 + n;
+    if (s->total > s->limit) {
+        return 1;
+    }
+    return add_rest(s, items, n, 0, s->total, depth, 1);
 }
 
 /* A key's estimated size with its quotes, colon and comma. */
@@ -358,7 +365,9 @@ csize_numbers(PyObject *module, PyObject *values)
 /* One element's estimate from 0, as ``size([value], ...)`` gives it. When the element is a
  * plain container short enough to be planned itself, its elements' estimates are recorded in
  * ``sizes`` (-1 where not known: not reached before the limit, or too deep to tell) and
- * ``*count`` is set to how many it holds; else ``*count`` stays -1. */
+ * ``*count`` is set to how many it holds; for a longer list or tuple, the estimates of its
+ * first PREFIX elements (all a projection reads), and ``*count`` is PREFIX. Else ``*count``
+ * stays -1. */
 static Py_ssize_t
 measure(State *s, PyObject *value, Py_ssize_t *sizes, Py_ssize_t *count)
 {
@@ -378,13 +387,14 @@ measure(State *s, PyObject *value, Py_ssize_t *sizes, Py_ssize_t *count)
     else if (t == &PyDict_Type) {
         n = PyDict_GET_SIZE(value);
     }
-    if (n == 0 || n > PLAN_ELEMENTS) {
+    if (n == 0 || (n > PLAN_ELEMENTS && items == NULL)) {
         add(s, value, 0);
         return s->total;
     }
     /* The same sums as add_items / add_dict, element by element. */
-    *count = n;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t recorded = n <= PLAN_ELEMENTS ? n : PREFIX;
+    *count = recorded;
+    for (Py_ssize_t i = 0; i < recorded; i++) {
         sizes[i] = -1;
     }
     Py_ssize_t i = 0;
@@ -397,12 +407,20 @@ measure(State *s, PyObject *value, Py_ssize_t *sizes, Py_ssize_t *count)
     if (items != NULL && s->total > s->limit) {
         return s->total;
     }
+    Py_ssize_t start = s->total;
+    int numbers = 1; /* so far only floats and ints, as add_items' first loop reads them */
     for (;; i++) {
         if (items != NULL) {
             if (i >= n) {
                 break;
             }
+            if (i == recorded) {
+                /* the rest of a long list, unrecorded, exactly as add_items reads it */
+                add_rest(s, items, n, i, start, 1, numbers);
+                break;
+            }
             item = items[i];
+            numbers = numbers && (Py_TYPE(item) == &PyFloat_Type || Py_TYPE(item) == &PyLong_Type);
         }
         else {
             if (!items_next(&entries, &key, &item)) {
@@ -437,7 +455,8 @@ PyDoc_STRVAR(plan_doc,
 "bytes written together and large ones alone, as ``Walker.plan`` makes them from ``size``.\n"
 "A large plain container short enough to be planned itself comes as ``(start, end, kind,\n"
 "sizes)``, ``sizes`` being its elements' estimates as far as they were measured (-1 where\n"
-"not), to pass back here for its own plan. ``sizes`` (or None) are such estimates for this\n"
+"not), to pass back here for its own plan; a longer large list or tuple, with its first 16\n"
+"elements' estimates. ``sizes`` (or None) are such estimates for this\n"
 "block's elements. The bool says a value nested deeper than orjson writes was met.");
 
 typedef struct {

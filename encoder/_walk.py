@@ -114,6 +114,7 @@ class _Container:
         "origin",
         "path",
         "plan",
+        "prefix",
         "source",
         "via",
         "whole",
@@ -150,6 +151,7 @@ class _Container:
         self.block = block
         self.i = 0  # next element of the block (adaptive) or next segment (planned)
         self.plan: list[Segment] | None = None
+        self.prefix = 0  # a long list's first elements, planned; the rest grouped adaptively
         self.via: list[int] = []  # objects ``default`` turned into this one (cycle check)
 
 
@@ -157,7 +159,8 @@ class _Container:
 _RUN, _ALONE, _ALONE_BIG = 0, 1, 2
 #: ``(start, end, kind)``, or for a large element that is short enough to be planned itself
 #: ``(start, end, _ALONE_BIG, sizes)``: its elements' estimates as far as they were measured
-#: (-1 where not), so that planning it does not read them again.
+#: (-1 where not), so that planning it does not read them again. For a long list, the sizes
+#: of its first 16 elements (what the C check reads before projecting a list too big).
 Segment: TypeAlias = tuple[int, int, int] | tuple[int, int, int, tuple[int, ...]]
 
 
@@ -654,6 +657,14 @@ class Walker:
             frame.plan = plan
         elif block and groups and len(block) <= PLAN_ELEMENTS:
             frame.plan = self.plan(block, is_map, sizes)
+        elif groups and sizes is not None and not is_map and len(sizes) < len(block):
+            # A long list whose first elements were measured by the plan that found it large:
+            # they are planned from those sizes, not read again; the rest is grouped after.
+            frame.prefix = len(sizes)
+            frame.plan = self.plan(block[: frame.prefix], False, sizes)
+            known = [size for size in sizes if 0 < size <= GROUP_BYTES]
+            if known:
+                frame.group = max(1, min(MAX_GROUP, len(known) * (GROUP_BYTES // 2) // sum(known)))
         self.stack.append(frame)
 
     def pop(self, frame: _Frame) -> None:
@@ -793,6 +804,10 @@ class Walker:
             raise self.error(f"{kind} changed size during encoding")
         block = frame.block
         plan = frame.plan
+        if plan is not None and frame.prefix and frame.i >= len(plan):
+            # A long list's planned first elements are written: the rest, grouped adaptively.
+            frame.plan = plan = None
+            frame.i, frame.prefix = frame.prefix, 0
         if plan is not None:
             if frame.i < len(plan):
                 self.step_planned(frame, plan, out)

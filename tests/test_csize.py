@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import JSON_FILES
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import any_values, chunk_sizes, json_values, options, orjson_or_error
 
@@ -291,6 +291,61 @@ def test_every_dict_layout_is_read_item_by_item_as_python_sees_it() -> None:
             sizes = plan[0][3]  # type: ignore[misc]
             expected = tuple(reference(v, ()) for v in value.values())
             assert sizes[:-1] == expected[:-1], list(value)[:3]
+
+
+long_lists = st.lists(sized_values | st.floats() | st.integers(), min_size=33, max_size=100)
+
+
+@needs_csize
+@given(
+    block=st.lists(long_lists | sized_values, min_size=1, max_size=4),
+    limit=st.integers(0, 3000),
+)
+# First 16 items project it past 1,200 (172 bytes of 116 items), all of it is 1,090: too big.
+@example(block=[["x" * 50] + [1] * 115], limit=1200)
+def test_a_long_list_in_a_plan_comes_with_its_first_elements_sizes(
+    block: list[Any], limit: int
+) -> None:
+    assert csize is not None
+    plan, _ = csize.plan(block, False, limit, leaf_types, None)
+    # Read as size() reads it (up to the limit, projected from its first 16 elements), so
+    # the plan cuts the block as measuring each element alone does.
+    expected = reference_plan(block, False, limit)
+    assert [segment[:3] for segment in plan][: len(expected)] == expected
+    for segment in plan:
+        if len(segment) == 4 and len(block[segment[0]]) > 32:
+            # Its first 16 elements' sizes, for the walk to plan them without reading again.
+            sizes = segment[3]  # type: ignore[misc]
+            assert len(sizes) == 16
+            for child, size in zip(block[segment[0]][:16], sizes, strict=True):
+                alone = csize.size([child], limit, leaf_types)
+                assert size == -1 or size == alone or (size > limit and alone > limit)
+
+
+@needs_csize
+def test_a_long_lists_first_elements_are_measured_once(load_corpus: Any) -> None:
+    """twitter.json's 100 statuses: the plan of the top-level dict reads the first 16 before
+    projecting the list too big; the walk writes those from the sizes it read."""
+    assert csize is not None
+    value = load_corpus("twitter.json")
+    checked: list[int] = []
+
+    class Counting:
+        plan = staticmethod(csize.plan)
+        numbers = staticmethod(csize.numbers)
+
+        @staticmethod
+        def size(values: list[Any], limit: int, leaves: tuple[type, ...]) -> int:
+            for v in values:
+                checked.extend(map(id, v) if type(v) is list else [id(v)])
+            return csize.size(values, limit, leaves)  # type: ignore[union-attr]
+
+    walker = Walker(value)
+    walker.csize = Counting()  # type: ignore[assignment]
+    assert b"".join(walker) == orjson.dumps(value)  # type: ignore[arg-type]
+    statuses = value["statuses"]
+    assert not {id(s) for s in statuses[:16]} & set(checked)
+    assert {id(s) for s in statuses[16:]} <= set(checked)
 
 
 @needs_csize
