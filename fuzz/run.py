@@ -1,7 +1,7 @@
 """Run fuzz targets with their seed corpus: ``python fuzz/run.py [TARGET ...] [--seconds N]``.
 
-Seeds are the committed cases under ``fuzz/corpus/<target>/`` plus, built at run time (never
-copied into the repo), the documents of ``../shared/corpus``. New inputs the fuzzer finds go
+Seeds are the committed cases under ``fuzz/corpus/<target>/`` plus, built at run time, the
+documents of ``tests/corpus``. New inputs the fuzzer finds go
 to ``fuzz/work/<target>/`` (ignored by git) and a crashing input to
 ``fuzz/work/<target>/crash-*``: fix the bug, then add that input to ``fuzz/corpus/<target>/``
 as a regression case. Exits non-zero when a target crashes.
@@ -19,19 +19,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SHARED = ROOT.parent / "shared" / "corpus"
+CORPUS = ROOT / "tests" / "corpus"
 TARGETS = ("encode", "traces_reader", "traces_server")
 
 
-def shared_seeds(target: str, into: Path) -> Path:
-    """The shared corpus's documents as seeds (the fuzzer reads inputs up to -max_len)."""
+def corpus_seeds(target: str, into: Path) -> Path:
+    """The corpus's documents as seeds (the fuzzer reads inputs up to -max_len)."""
     into.mkdir(parents=True, exist_ok=True)
     if target == "encode":
-        for path in sorted(SHARED.glob("*.json.xz")):
+        for path in sorted(CORPUS.glob("*.json.xz")):
             seed = into / path.name.removesuffix(".xz")
             if not seed.exists():
                 seed.write_bytes(lzma.decompress(path.read_bytes()))
-        blns = SHARED / "blns.txt.xz"
+        blns = CORPUS / "blns.txt.xz"
         if blns.exists() and not (into / "blns-0").exists():
             lines = lzma.decompress(blns.read_bytes()).decode("utf-8", "replace").splitlines()
             strings = [s for s in lines if s and not s.startswith("#")]
@@ -40,7 +40,7 @@ def shared_seeds(target: str, into: Path) -> Path:
                 (into / f"blns-{i // 64}").write_bytes(part.encode("utf-8", "surrogatepass"))
     elif target == "traces_reader":
         # Real records as NDJSON lines (the fuzzer keeps them whole, cuts or garbles them).
-        github = SHARED / "github.json.xz"
+        github = CORPUS / "github.json.xz"
         seed = into / "github.ndjson"
         if github.exists() and not seed.exists():
             events = json.loads(lzma.decompress(github.read_bytes()))
@@ -52,7 +52,7 @@ def run(target: str, seconds: int, seed: int | None = None) -> int:
     work = HERE / "work" / target
     new = work / "found"
     new.mkdir(parents=True, exist_ok=True)
-    seeds = shared_seeds(target, work / "shared")
+    seeds = corpus_seeds(target, work / "corpus")
     command = [
         sys.executable,
         str(HERE / f"{target}.py"),

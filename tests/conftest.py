@@ -1,4 +1,4 @@
-"""Hypothesis profiles and the shared benchmark corpus (read in place from ../shared/corpus)."""
+"""Hypothesis profiles and the benchmark corpus (``tests/corpus``)."""
 
 from __future__ import annotations
 
@@ -59,13 +59,13 @@ def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return Path(env["WANDB_DIR"])
 
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 JSON_FILES = ("twitter.json", "citm_catalog.json", "canada.json", "github.json")
 
 
 @pytest.fixture(scope="session")
 def corpus_dir() -> Path:
-    """The shared corpus folder; a missing corpus is a failure, never a skip."""
+    """The corpus folder; a missing file is a failure, never a skip."""
     missing = [
         name
         for name in (*(f"{n}.xz" for n in JSON_FILES), "blns.txt.xz")
@@ -73,9 +73,7 @@ def corpus_dir() -> Path:
     ]
     if missing:
         pytest.fail(
-            f"the shared test corpus is missing: expected {', '.join(missing)} in {CORPUS_DIR} "
-            "(the corpus lives next to the repository in ../shared/corpus; it is not copied "
-            "into the repo)",
+            f"the test corpus is incomplete: expected {', '.join(missing)} in {CORPUS_DIR}",
             pytrace=False,
         )
     return CORPUS_DIR
