@@ -25,7 +25,8 @@ with atheris.instrument_imports():
     import orjson
     from aiohttp.test_utils import TestServer
 
-    from monitors.testing._app import TRACES_PATH, ServerConfig, make_app
+    from monitors.prime import TRACES_PATH
+    from monitors.testing._app import ServerConfig, make_app
     from monitors.testing._batch import BatchLimits
 
 API_KEY = "fuzz-key"

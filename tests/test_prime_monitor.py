@@ -20,7 +20,7 @@ from witness import own_ms, witnesses
 
 import monitors
 from monitors import DeliveryStats, LagStats, LoopLagProbe, PrimeMonitor, UploadError
-from monitors.prime import _batch, _gzip
+from monitors.prime import TRACES_PATH, _batch, _gzip
 from monitors.prime._body import SEND_BYTES, _contains, frame, new_boundary
 from monitors.prime._client import is_committed, retry_after_seconds
 from monitors.testing import TracesServer
@@ -140,7 +140,7 @@ async def test_request_headers_and_body(server: TracesServer) -> None:
     async with make(server) as monitor:
         await monitor.log_episodes(episodes, step=3, kind="eval", subset="all")
     assert monitor.stats() == DeliveryStats(20, 20, {})
-    (request,) = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
+    (request,) = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
     assert request["status"] == 200
     headers = request["headers"]
     assert headers["authorization"] == "Bearer <redacted>"
@@ -186,7 +186,7 @@ async def test_a_batch_repeating_earlier_lines_gets_a_key_of_its_own(
     served = await server.astats()
     assert served["replays"] == 0, served
     assert served["lines_stored"] == 18, served
-    requests = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
+    requests = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
     keys = [r["idempotency_key"] for r in requests]
     assert len(set(keys)) == len(keys) == 3 * (1 if size == 100 else 6)
     assert all(r["idempotency_key"] == r["computed_key"] for r in requests)
@@ -282,7 +282,7 @@ async def test_429_honours_retry_after(server: TracesServer) -> None:
     async with make(server, retry_base=5.0) as monitor:  # backoff alone would wait 2.5 s+
         await monitor.log_episodes([small(i) for i in range(10)], step=0)
     assert monitor.stats() == DeliveryStats(10, 10, {})
-    first, second = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
+    first, second = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
     assert first["status"] == 429
     assert second["status"] == 200
     assert first["idempotency_key"] == second["idempotency_key"]
@@ -488,56 +488,30 @@ async def test_wrong_team_is_unauthorized_too(server: TracesServer) -> None:
     assert (await server.astats())["requests"] == {"403": 1}
 
 
-# -- gzip: python-isal or zlib, both accepted ---------------------------------------------
-
-BACKENDS = ["isal", "zlib"]  # isal is a dependency: its absence is a failure, not a skip
+# -- gzip: python-isal, and zlib's stored blocks at level 0 ---------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_compressor_levels_give_gzip_that_zlib_reads(backend: _gzip.Backend) -> None:
+def test_compressor_levels_give_gzip_that_zlib_reads() -> None:
     data = b"".join(
         orjson.dumps(small(i, 500), option=orjson.OPT_APPEND_NEWLINE) for i in range(300)
     )
     sizes = {}
     for level in range(10):
-        gz = _gzip.compressor(level, backend=backend)
+        gz = _gzip.compressor(level)
         out = gz.compress(data[:70_000]) + gz.compress(data[70_000:]) + gz.flush()
         assert out[:2] == b"\x1f\x8b"  # a gzip member
         assert zlib.decompress(out, wbits=31) == data
         sizes[level] = len(out)
-    assert sizes[0] > len(data)  # level 0 stores, whatever the backend
+    assert sizes[0] > len(data)  # level 0 stores
     assert sizes[1] < len(data) / 2
     with pytest.raises(ValueError, match="gzip_level"):
-        _gzip.compressor(10, backend=backend)
+        _gzip.compressor(10)
 
 
 def test_isal_levels_follow_the_zlib_ratio() -> None:
     assert [_gzip.isal_level(level) for level in range(1, 10)] == [1, 2, 3, 3, 3, 3, 3, 3, 3]
     with pytest.raises(ValueError, match="gzip_level"):
         _gzip.isal_level(0)
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_both_gzip_backends_are_accepted(
-    server: TracesServer, monkeypatch: pytest.MonkeyPatch, backend: _gzip.Backend
-) -> None:
-    monkeypatch.setattr(_gzip, "BACKEND", backend)
-    # lines of several pieces (3 MiB each) and many small ones sharing a piece
-    episodes: list[dict[str, Any]] = [big(0, 3), *(small(i) for i in range(1, 40)), big(40, 2)]
-    async with make(server, batch_bytes=4 << 20) as monitor:
-        await monitor.log_episodes(episodes, step=0)
-    assert monitor.stats() == DeliveryStats(41, 41, {})
-    served = await server.astats()
-    assert served["unique_ids"] == 41
-    requests = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
-    assert len(requests) >= 2
-    for request in requests:  # the server gunzips them and recomputes the key
-        assert request["status"] == 200
-        assert request["headers"]["idempotency-key"] == request["computed_key"]
-        assert request["compressed_bytes"] < request["uncompressed_bytes"]
-    # every line byte for byte (batches commit in whatever order their uploads finish)
-    assert sorted(await server.alines()) == sorted(orjson.dumps(e) for e in episodes)
 
 
 # -- the multipart boundary -----------------------------------------------------------------
@@ -597,7 +571,7 @@ async def test_a_boundary_found_in_the_data_is_redrawn(
     async with make(server, gzip_level=0) as monitor:  # stored: the text shows in the body
         await monitor.log_episodes(episodes, step=0)
     assert monitor.stats() == DeliveryStats(5, 5, {})
-    (request,) = [r for r in await server.arequests() if r["path"] == "/api/v1/traces"]
+    (request,) = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
     assert clash.decode() not in request["headers"]["content-type"]
     assert await server.alines() == [orjson.dumps(e) for e in episodes]
 
@@ -631,7 +605,7 @@ async def fake_api() -> AsyncIterator[StartApi]:
     async def start(answers: list[tuple[int, bytes]]) -> FakeApi:
         api = FakeApi(answers)
         app = web.Application(client_max_size=1 << 30)
-        app.router.add_post("/api/v1/traces", api.traces)
+        app.router.add_post(TRACES_PATH, api.traces)
         runner = web.AppRunner(app)
         await runner.setup()
         runners.append(runner)

@@ -24,6 +24,7 @@ import aiohttp
 import orjson
 import pytest
 
+from monitors.prime import METRICS_PATH, TRACES_PATH
 from monitors.testing import Faults, FaultsError, TracesServer
 from monitors.testing._batch import BatchLimits, Refused, check_traces
 from monitors.testing._multipart import (
@@ -36,8 +37,6 @@ from monitors.testing._multipart import (
 )
 
 TEAM = "team-7"
-TRACES = "/api/v1/traces"
-METRICS = "/api/v1/rft/metrics"
 
 
 @pytest.fixture
@@ -139,7 +138,7 @@ async def post(server: TracesServer, upload: Upload, *, chunked: bool = False) -
     data = pieces() if chunked else io.BytesIO(body)
     async with (
         aiohttp.ClientSession() as session,
-        session.post(server.url + TRACES, data=data, headers=upload.headers()) as r,
+        session.post(server.url + TRACES_PATH, data=data, headers=upload.headers()) as r,
     ):
         return Answer(r.status, orjson.loads(await r.read()), dict(r.headers))
 
@@ -152,7 +151,7 @@ async def post_metrics(server: TracesServer, body: bytes, api_key: str = "test-k
     }
     async with (
         aiohttp.ClientSession() as session,
-        session.post(server.url + METRICS, data=body, headers=headers) as r,
+        session.post(server.url + METRICS_PATH, data=body, headers=headers) as r,
     ):
         return Answer(r.status, orjson.loads(await r.read()), dict(r.headers))
 
@@ -296,13 +295,13 @@ async def test_a_body_that_is_not_multipart_is_400(server: TracesServer) -> None
     headers = {**GOOD.headers(), "Content-Type": "application/json"}
     async with (
         aiohttp.ClientSession() as session,
-        session.post(server.url + TRACES, data=b"{}", headers=headers) as r,
+        session.post(server.url + TRACES_PATH, data=b"{}", headers=headers) as r,
     ):
         assert r.status == 400
     cut = GOOD.body()[:-30]  # no closing boundary
     async with (
         aiohttp.ClientSession() as session,
-        session.post(server.url + TRACES, data=cut, headers=GOOD.headers()) as r,
+        session.post(server.url + TRACES_PATH, data=cut, headers=GOOD.headers()) as r,
     ):
         assert r.status == 400
         assert "closing boundary" in (await r.json())["detail"]
@@ -451,7 +450,7 @@ async def test_requests_show_headers_and_parts(server: TracesServer) -> None:
     await post(server, GOOD)
     (seen,) = await server.arequests()
     assert seen["status"] == 200
-    assert seen["path"] == TRACES
+    assert seen["path"] == TRACES_PATH
     assert seen["headers"]["authorization"] == "Bearer <redacted>"
     assert "test-key" not in orjson.dumps(seen).decode()
     assert seen["headers"]["x-prime-line-format"] == "episode"
@@ -485,7 +484,7 @@ def test_sync_use_and_restart_on_the_same_port() -> None:
     with server:
         url = server.url
         request = urllib.request.Request(
-            url + METRICS,
+            url + METRICS_PATH,
             data=b'{"run_id": "r", "step": 0, "metrics": {"a": 1}}',
             headers={"Authorization": "Bearer test-key"},
         )

@@ -1,11 +1,8 @@
 """The multipart/form-data body of one traces upload, framed by hand and kept in pieces.
 
-aiohttp's ``MultipartWriter`` refuses a part-level ``Content-Encoding``, which the traces part
-needs (``gzip``), and framing is a few lines: boundary, part headers, bytes. The body is never
-joined into one buffer: it is the head, the gzip pieces as the compressor produced them and
-the tail, streamed to the socket a slice at a time (with a ``Content-Length``), so neither
-the loop nor a worker thread copies tens of MB to send it, and a retry streams the same pieces
-again.
+Framed by hand because aiohttp's ``MultipartWriter`` refuses the traces part's
+``Content-Encoding: gzip``. Never joined: the head, the gzip pieces and the tail are streamed
+to the socket a slice at a time, afresh on every attempt (docs/design.md D11).
 """
 
 from __future__ import annotations
@@ -18,12 +15,8 @@ from anyio.lowlevel import checkpoint
 
 __all__ = ["SEND_BYTES", "Body", "Pieces", "frame", "new_boundary"]
 
-#: Most bytes of a body handed to the socket in one turn of the event loop. aiohttp writes
-#: what an iterator yields straight to the socket, and a send is work on the loop's thread:
-#: copying into the kernel, and on loopback the receiver's TCP work too. In the full-size load
-#: test's Prime runs (no network, 8 in flight) whole gzip pieces (~0.4 MB) gave lag max 17.9,
-#: 21.2 and 27.4 ms; 64 KiB slices with a turn of the loop before each gave 8.1, 8.6 and
-#: 9.4 ms, at the same throughput.
+#: Most bytes of a body handed to the socket in one turn of the loop: a send is work on the
+#: loop's thread (docs/design.md D11).
 SEND_BYTES = 64 * 1024
 
 _CRLF = b"\r\n"

@@ -1,14 +1,8 @@
 """HTTP to the Prime API over one aiohttp session: one POST with retries, never raising.
 
-Retried with the same bytes (and so the same ``Idempotency-Key``): 429/502/503/504 and
-transport errors, after ``Retry-After`` (seconds or an HTTP date, capped) or an exponential
-backoff with jitter. A 401/403 stops every later request (one error logged); other answers
-outside 2xx reject the request.
-
-A traces upload succeeds only on a 2xx whose JSON body says ``"status": "committed"`` (all
-lines stored, DESIGN section 4). A 2xx saying anything else (another status, or no JSON) is
-retried like a 503: resending the same bytes under the same key cannot store a line twice, and
-if it never commits, the batch counts as ``failed`` rather than as delivered.
+429/502/503/504, transport errors and (for traces) a 2xx without ``"status": "committed"``
+are retried with the same bytes and key, after ``Retry-After`` or a jittered backoff
+(docs/design.md D12). A 401/403 stops every later request; other answers outside 2xx reject.
 """
 
 from __future__ import annotations

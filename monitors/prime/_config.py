@@ -12,11 +12,16 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "MAX_BATCH_LINES",
     "MAX_LINE_BYTES",
+    "METRICS_PATH",
+    "TRACES_PATH",
     "PrimeConfig",
     "Secret",
 ]
 
 DEFAULT_BASE_URL = "https://api.primeintellect.ai"
+#: The endpoints, after ``traces_url`` and ``base_url``.
+TRACES_PATH = "/api/v1/traces"
+METRICS_PATH = "/api/v1/rft/metrics"
 #: The service's limits: a batch holds at most this many lines; a longer line is refused.
 MAX_BATCH_LINES = 1_000_000
 MAX_LINE_BYTES = 64 << 20

@@ -20,15 +20,20 @@ from ..base import DeliveryStats, Ledger, Monitor, finite_metrics
 from ..records import Kind, Subset, build_record, check_kind, line_option
 from ._batch import Batch, BatchBuilder, Keys
 from ._client import Client
-from ._config import MAX_BATCH_LINES, MAX_LINE_BYTES, PrimeConfig, Secret
+from ._config import (
+    MAX_BATCH_LINES,
+    MAX_LINE_BYTES,
+    METRICS_PATH,
+    TRACES_PATH,
+    PrimeConfig,
+    Secret,
+)
 from ._worker import Worker, result
 
 __all__ = ["PrimeMonitor"]
 
 log = logging.getLogger("monitors.prime")
 
-TRACES_PATH = "/api/v1/traces"
-METRICS_PATH = "/api/v1/rft/metrics"
 #: Seconds between two warnings about a full queue (drops in between are summed).
 _WARN_EVERY = 5.0
 
@@ -57,29 +62,37 @@ class _RateLimitedWarning:
 class PrimeMonitor(Monitor):
     """Uploads episodes to the Prime Traces API and metrics to the Prime API.
 
-    ``log_episodes`` and ``log_metrics`` never wait on the network: they put records on a
-    bounded queue (``queue_records`` episodes; a full queue drops the newest and counts them
-    as ``queue_full``). In the background, episodes are built (``to_record()``) and encoded
-    cooperatively on the loop, gathered into NDJSON batches (closed before ``batch_bytes``
-    uncompressed or 1,000,000 lines, or after ``linger`` seconds without a new record),
-    hashed and gzipped in the monitor's own worker thread (python-isal where it is installed,
-    else zlib; ``gzip_level`` is zlib's 0-9 scale, mapped to isal's 0-3 in ``_gzip``), and
-    streamed to the server, up to ``max_in_flight`` uploads at once (at most that many batches
-    exist, the one being assembled included). Retries resend the same bytes under the same
-    ``Idempotency-Key``. ``finalize`` drains within ``drain_timeout``.
+    ``log_episodes`` and ``log_metrics`` never wait on the network: they queue, and a full
+    queue drops the newest and counts them (docs/design.md D8). In the background, episodes
+    are built (``to_record()``) and encoded on the loop, gathered into NDJSON batches, hashed
+    and gzipped in the monitor's worker thread (D10) and streamed to the server (D11); a retry
+    sends the same bytes under the same ``Idempotency-Key`` (D12).
 
-    ``stats()`` counts episodes only: ``delivered`` once the server committed their batch
-    (a 2xx answer with ``"status": "committed"``; any other 2xx is retried),
-    else lost by reason: ``queue_full``, ``too_large`` (a line over 64 MiB), ``bad_record``
-    (``to_record()`` raised), ``encode_error``, ``rejected`` (400 and other 4xx),
-    ``unauthorized`` (401/403: uploads stop, and everything after counts here), ``failed``
-    (5 attempts), ``drain_timeout``, ``cancelled`` (``finalize`` itself was cancelled) and
-    ``internal_error`` (a bug). Metrics posts are counted apart, in ``metrics_stats()``, with
-    the same reasons.
+    ``stats()`` counts episodes: delivered once the server committed their batch, else lost
+    by reason (``queue_full``, ``unauthorized``, ``failed``, ...: the monitors guide lists
+    them); ``metrics_stats()`` counts metrics posts the same way.
 
-    ``start`` enters the monitor's task group and ``finalize`` leaves it, so call both from
-    the same task with any cancel scope opened in between closed again (``async with``
-    does exactly this).
+    ``start`` enters the monitor's task group and ``finalize`` leaves it: call both from the
+    same task (``async with`` does).
+
+    :param api_key: the Prime API key (default: ``PRIME_API_KEY``).
+    :param traces_url: the Traces API's base URL (default: ``PRIME_TRACES_URL``, else
+        ``base_url``).
+    :param team_id: sent as ``X-Prime-Team-ID`` (default: ``PRIME_TEAM_ID``).
+    :param base_url: the Prime API's base URL, for metrics (default: ``PRIME_API_BASE_URL``,
+        else https://api.primeintellect.ai).
+    :param run_id: the run named in every upload (default: ``RUN_ID``, else a random id).
+    :param max_in_flight: most batches at once, uploading or being assembled.
+    :param queue_records: most episodes waiting in the queue.
+    :param batch_bytes: a batch closes before the line that would take it past this many
+        bytes uncompressed (or past 1,000,000 lines).
+    :param gzip_level: zlib's scale, 0 (store) to 9.
+    :param drain_timeout: seconds ``finalize`` waits for what is queued and in flight.
+    :param retry_base: seconds of the first backoff, doubled at each retry (up to 30x).
+    :param linger: seconds without a new episode after which a batch is sent.
+    :param metrics_queue: most metrics posts waiting in their queue.
+    :param option: encoder options (``encoder.OPT_*``) for each episode's line.
+    :param default: called for values the encoder cannot serialize, as in orjson.
     """
 
     def __init__(
@@ -379,7 +392,6 @@ class PrimeMonitor(Monitor):
                 ledger.lost["unauthorized"] += 1
                 if builder is not None:
                     ledger.lost["unauthorized"] += builder.records
-                    builder.abandon()
                     builder = None
                     slots.release()
                 continue

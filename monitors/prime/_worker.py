@@ -1,14 +1,8 @@
 """The monitor's own worker thread: hashing and gzip of batches, job after job, in order.
 
-One thread of the monitor's own, not the loop's shared pool: the pieces of a batch must be
-compressed in the order they were handed over (they feed one compressor), and the monitor
-owns the thread's lifetime (``aclose`` in ``finalize``).
-
-It runs at the process's priority. Lowering it (a higher nice value for this one thread, as
-Linux allows) was measured and refused: on a quiet machine it changed nothing, and on a
-saturated one (two CPU-bound processes on the 2 cores) it starved the thread while it held
-the GIL between two C calls, so the event loop waited on it: loop lag max 40-580 ms against
-9-23 ms at the same priority, and 3-13 MB/s against ~90 MB/s.
+Not the loop's shared pool: a batch's pieces feed one compressor in the order handed over,
+and the monitor owns the thread's lifetime (``aclose`` in ``finalize``). It runs at the
+process's priority (docs/design.md D10).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..prime import METRICS_PATH, TRACES_PATH
 from ._batch import BatchLimits, CheckedBatch, Refused, check_traces
 from ._faults import Fate, Faults, FaultsError
 from ._multipart import (
@@ -36,22 +37,16 @@ from ._multipart import (
     parse_header_params,
 )
 
-__all__ = ["METRICS_PATH", "STATE", "TRACES_PATH", "ServerConfig", "ServerState", "make_app"]
+__all__ = ["STATE", "ServerConfig", "ServerState", "make_app"]
 
 log = logging.getLogger("monitors.testing")
-
-TRACES_PATH = "/api/v1/traces"
-METRICS_PATH = "/api/v1/rft/metrics"
 
 _KEY_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _MAX_METADATA_BYTES = 1 << 20
 _MAX_METRICS_BYTES = 16 << 20
 _READ_SIZE = 64 << 10
-#: Batch checks run on one thread. It outpaces the monitor under test here (~188 MB/s of
-#: episode JSON against the client's ~160), and more threads only add runnable threads that
-#: compete with that client for the cores: in the load test's Prime run at full size (2
-#: cores), asyncio's default pool (6 threads) left the monitor's loop waiting for a core up
-#: to 14.6-16.5 ms, one thread 9.4-10.7 ms, at the same throughput.
+#: Batch checks run on one thread: it outpaces the monitor under test, and more would only
+#: compete with it for the cores (docs/design.md D15).
 _CHECK_THREADS = 1
 
 

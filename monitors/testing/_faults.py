@@ -30,16 +30,18 @@ class FaultsError(ValueError):
 class Faults:
     """Fault injection for the API endpoints (``/api/...``); control endpoints never fail.
 
-    - ``latency``: seconds added before every API answer.
-    - ``bandwidth``: bytes per second the request body is read at (0: no limit).
-    - ``fail_rate_429`` / ``fail_rate_500`` / ``fail_rate_503``: chance a request is answered
-      with that status after its body is read; a 429 carries ``Retry-After: <retry_after>``
-      (seconds, sent as an integer when whole, or a string sent as is, say an HTTP date).
-    - ``drop_rate``: chance the connection is closed after part of the body, unanswered.
-    - ``seed``: seeds the RNG behind the rates (one draw per API request), for repeatable runs.
-    - ``down``: every API request's connection is closed at once, unanswered.
-    - ``script``: what the next API requests get, in order, before any rate applies: a status
-      code (``200`` means "answer normally") or ``"drop"``. One-shot: each entry is used once.
+    :param latency: seconds added before every API answer.
+    :param bandwidth: bytes per second the request body is read at (0: no limit).
+    :param fail_rate_429: chance a request is answered 429 after its body is read.
+    :param fail_rate_500: the same for 500.
+    :param fail_rate_503: the same for 503.
+    :param drop_rate: chance the connection is closed after part of the body, unanswered.
+    :param retry_after: a 429's ``Retry-After``: seconds (sent as an integer when whole), or
+        a string sent as is (an HTTP date, say).
+    :param seed: seeds the RNG behind the rates (one draw per API request).
+    :param down: close every API request's connection at once, unanswered.
+    :param script: what the next API requests get, in order, before any rate applies: a
+        status code (``200``: answer normally) or ``"drop"``, each used once.
     """
 
     latency: float = 0.0

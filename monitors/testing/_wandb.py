@@ -11,9 +11,12 @@ WANDB_CREDENTIALS = ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_RU
 
 
 def wandb_offline_env(home: Path) -> dict[str, str]:
-    """The ``WANDB_*`` variables that keep wandb offline and quiet, writing only under ``home``
-    (runs, config, cache and data folders, created here), with no git or code capture and no
-    error reports sent."""
+    """The ``WANDB_*`` variables that keep wandb offline and quiet, with no git or code
+    capture and no error reports sent.
+
+    :param home: the only folder wandb writes under (its runs, config, cache and data
+        folders are created here).
+    """
     folders = {
         "WANDB_DIR": home / "runs",
         "WANDB_CONFIG_DIR": home / "config",

@@ -1,10 +1,8 @@
 """``TracesServer``: a real Prime Traces API server on 127.0.0.1, in a process of its own.
 
-Tests, benchmarks and the demo point a Prime uploader at ``server.url`` and exercise it
-without a network: the server checks every request the way the service does, counts what it
-stores, and injects faults on demand (latency, bandwidth, 429/500/503, dropped connections,
-down). It runs in its own process so its gunzip and JSON work never loads the event loop
-under test; the client side here talks to it over HTTP only.
+Tests, benchmarks and the demo point a Prime uploader at ``server.url``: the server checks
+every request the way the service does, counts what it stores, and injects faults on demand.
+Its own process keeps its work off the event loop under test (docs/design.md D15).
 
     with TracesServer(faults={"script": [503]}) as server:
         ...  # upload to server.url
@@ -47,16 +45,20 @@ _CONTROL_TIMEOUT = 30.0
 
 class TracesServer:
     """A Prime Traces API server process; use as ``with`` or ``async with``, or call
-    ``start()`` and ``stop()``.
+    ``start()`` and ``stop()``. Stopped and started again, it keeps its port, so a client
+    sees "connection refused" in between, as in a real outage.
 
-    ``api_key`` is the one key accepted; with ``team_id``, requests must name that team in
-    ``X-Prime-Team-ID``. ``faults`` (a ``Faults`` or a mapping of its fields) is where fault
-    injection starts; ``set_faults()`` changes it while running. The limits default to the
-    service's (30 MiB or 1,000,000 lines a batch uncompressed, 64 MiB a line); tests make
-    them small. ``keep_lines`` keeps every stored line for ``lines()`` (off: large loads would
-    hold everything). ``history`` is how many request summaries ``requests()`` can return.
-    ``port=0`` picks a free port; a server stopped and started again keeps its port, so a
-    client sees "connection refused" in between, as from a real outage.
+    :param api_key: the one key accepted.
+    :param team_id: if given, the team requests must name in ``X-Prime-Team-ID``.
+    :param faults: the faults to start with (a ``Faults`` or a mapping of its fields);
+        ``set_faults()`` changes them while running.
+    :param max_line_bytes: the longest line accepted (the service's limit by default).
+    :param max_batch_bytes: the most uncompressed bytes in a batch of several lines.
+    :param max_batch_lines: the most lines in a batch.
+    :param keep_lines: keep every stored line for ``lines()``.
+    :param history: how many request summaries ``requests()`` can return.
+    :param port: the port to listen on; 0 picks a free one.
+    :param startup_timeout: seconds ``start()`` waits for the process to answer.
     """
 
     def __init__(
@@ -176,7 +178,10 @@ class TracesServer:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the process: SIGTERM, then SIGKILL if it has not exited within ``timeout``."""
+        """Stop the process: SIGTERM, then SIGKILL.
+
+        :param timeout: seconds to wait for the process to exit before SIGKILL.
+        """
         proc, self._proc, self._url = self._proc, None, None
         if proc is None:
             return
@@ -228,13 +233,18 @@ class TracesServer:
         return result
 
     def reset(self, *, faults: bool = False) -> None:
-        """Forget everything received (counts, uploads, ids, lines, metrics, requests); with
-        ``faults``, also go back to the faults the server was started with."""
+        """Forget everything received (counts, uploads, ids, lines, metrics, requests).
+
+        :param faults: also go back to the faults the server was started with.
+        """
         self._call("POST", "/_reset", {"faults": faults})
 
     def set_faults(self, **changes: Any) -> dict[str, Any]:
-        """Change the named fault settings (``Faults`` fields), keep the others; returns all.
-        ``seed`` re-seeds the RNG; ``script`` replaces the pending script."""
+        """Change the named fault settings, keep the others; returns them all.
+
+        :param changes: ``Faults`` fields and their new values (``seed`` re-seeds the RNG,
+            ``script`` replaces the pending script).
+        """
         Faults.of(self.faults).merged(changes)  # fail here, with the same message, if bad
         result: dict[str, Any] = self._call("POST", "/_faults", changes)
         return result
@@ -248,7 +258,10 @@ class TracesServer:
         """Summaries of the latest API requests, oldest first: method, path, status (None if
         never answered), outcome, fault, headers (lower-cased, credential redacted), parts
         (name, headers, bytes), idempotency_key, computed_key, sizes, lines, metadata,
-        upload_id, replay, error, seconds."""
+        upload_id, replay, error, seconds.
+
+        :param last: how many (default: all the server kept).
+        """
         query = "" if last is None else f"?last={int(last)}"
         result: list[dict[str, Any]] = self._call("GET", "/_requests" + query)
         return result
