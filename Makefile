@@ -7,7 +7,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(TOOLS)/bin/uv)
 VENV := .venv
 RUN := $(VENV)/bin/python
 
-.PHONY: all demo test lint typecheck pytest bench fuzz docs docs-check docs-data clean
+.PHONY: all demo test check lint typecheck pytest pytest-quick bench fuzz docs docs-check docs-data clean
 
 all: test
 
@@ -21,13 +21,17 @@ $(VENV)/.synced: uv.lock pyproject.toml setup.py encoder/_csize.c Makefile | $(U
 	PYTHONPATH=$(TOOLS) $(UV) sync --locked --quiet --compile-bytecode
 	touch $@
 
-# The main job at a size that takes about two minutes on 2 cores: 60 production-sized episodes
-# through the file, Prime and W&B monitors and today's way (--baseline). Full size:
-# `.venv/bin/nodewise loadtest --baseline` (1,000 episodes, ~8.5 GB of JSON logged twice).
+# The main job at a size that takes about two minutes on 2 cores: `nodewise loadtest` with 60
+# production-sized episodes through the file, Prime and W&B monitors, and today's way beside
+# them (bench.loadtest --baseline). Full size: `.venv/bin/nodewise loadtest` (1,000 episodes).
 demo: $(VENV)/.synced
-	$(VENV)/bin/nodewise loadtest --episodes 60 --baseline
+	$(RUN) -m bench.loadtest --episodes 60 --baseline
 
+# Every test, the load tests at full size included, and the docs site.
 test: lint typecheck pytest docs
+
+# The everyday loop: lint, types and every test but the production-sized load tests.
+check: lint typecheck pytest-quick
 
 lint: $(VENV)/.synced
 	$(VENV)/bin/ruff check encoder monitors tests bench fuzz docs
@@ -39,11 +43,14 @@ typecheck: $(VENV)/.synced
 pytest: $(VENV)/.synced
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(RUN) -m pytest -p no:cacheprovider
 
+pytest-quick: $(VENV)/.synced
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $(RUN) -m pytest -p no:cacheprovider -m "not load"
+
 bench: $(VENV)/.synced
 	$(RUN) -m bench
 	$(RUN) -m bench.file_monitor
 	$(RUN) -m bench.prime_monitor
-	$(RUN) -m bench.loadtest
+	$(RUN) -m bench.production
 
 # Each fuzz target for FUZZ_SECONDS (default 60); `make test` runs each for a few seconds.
 fuzz: $(VENV)/.synced
@@ -68,9 +75,9 @@ docs-data: $(VENV)/.synced
 	$(RUN) -m bench.prime_monitor > docs/data/prime_monitor.md.tmp
 	mv docs/data/prime_monitor.md.tmp docs/data/prime_monitor.md
 	$(RUN) docs/record_lag.py
-	$(VENV)/bin/nodewise loadtest --baseline --no-progress --json docs/data/loadtest.json > docs/data/loadtest.md.tmp
+	$(RUN) -m bench.loadtest --baseline --verbose --no-progress --json docs/data/loadtest.json > docs/data/loadtest.md.tmp
 	mv docs/data/loadtest.md.tmp docs/data/loadtest.md
-	$(RUN) -m bench.loadtest --skip-full > docs/data/loadtest_big.md.tmp
+	$(RUN) -m bench.production --skip-full > docs/data/loadtest_big.md.tmp
 	mv docs/data/loadtest_big.md.tmp docs/data/loadtest_big.md
 
 clean:

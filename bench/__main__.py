@@ -32,10 +32,11 @@ import msgspec
 import orjson
 
 import encoder
+from monitors.loadtest._measure import GcWatch
 
 from . import memory
 from .documents import MB, Document, Part, documents
-from .lag import GcWatch, LagStats, LoopLagProbe, idle_lag
+from .lag import LagStats, LoopLagProbe, idle_lag
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "encoder.json"
 BUDGETS = (0.0001, 0.00015, 0.00025, 0.0005, 0.001, 0.002)
@@ -248,7 +249,11 @@ def lag_document(doc: Document, cfg: Config, budget: float, sessions: int) -> La
             collections += watch.collections
             del values
         per_session.append(total)
-    return LagResult(probe.stats(), sessions, per_session, GcWatch(collections).summary())
+    gcs = {
+        "collections_by_generation": [sum(g == gen for g, _ in collections) for gen in range(3)],
+        "longest_pause_ms": max((pause for _, pause in collections), default=0.0),
+    }
+    return LagResult(probe.stats(), sessions, per_session, gcs)
 
 
 def memory_document(doc: Document) -> dict[str, dict[str, float | None]]:

@@ -1,14 +1,14 @@
-"""Today's way, for ``nodewise loadtest --baseline``: what an orchestrator does without
-nodewise, behind the same ``Monitor`` interface so the driver measures both alike.
+"""Today's way, for ``python -m bench.loadtest --baseline``: what an orchestrator does
+without nodewise, behind the same ``Monitor`` interface so the load test measures both alike.
 
 - ``OrjsonFileBaseline``: ``orjson.dumps`` then ``write``, in ``asyncio.to_thread``, one
   episode at a time. orjson holds the GIL for the whole encode, so the thread does not help:
   the loop stalls for as long as one episode takes to encode (~130 ms at 60 MB).
-- ``SdkLikeUploader``: shaped like the prime-traces SDK nodewise improves on (DESIGN
-  section 4): a bounded queue whose ``put`` blocks the caller (up to 5 s, then the episode is
-  dropped), one uploader task that encodes each episode with ``orjson.dumps`` in a thread
-  (the GIL again), batches up to 30 MiB, gzips at level 9 and posts one request at a time,
-  with the same multipart body and headers as ``PrimeMonitor`` so the server accepts it.
+- ``SdkLikeUploader``: shaped like the prime-traces SDK nodewise improves on: a bounded
+  queue whose ``put`` blocks the caller (up to 5 s, then the episode is dropped), one
+  uploader task that encodes each episode with ``orjson.dumps`` in a thread (the GIL
+  again), batches up to 30 MiB, gzips at level 9 and posts one request at a time, with the
+  same multipart body and headers as ``PrimeMonitor`` so the server accepts it.
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ from typing import IO, Any
 import aiohttp
 import orjson
 
-from ..base import DeliveryStats, Ledger, Monitor
-from ..records import Kind, Subset, build_record, check_kind
+from monitors.base import DeliveryStats, Ledger, Monitor
+from monitors.loadtest import LoadtestConfig, RunSpec
+from monitors.loadtest._run import KEY
+from monitors.prime import TRACES_PATH
+from monitors.records import Kind, Subset, build_record, check_kind
 
-__all__ = ["OrjsonFileBaseline", "SdkLikeUploader"]
+__all__ = ["OrjsonFileBaseline", "SdkLikeUploader", "baseline_runs"]
 
-log = logging.getLogger("monitors.loadtest")
+log = logging.getLogger("bench.baselines")
 
 _STOP = object()
 _CRLF = b"\r\n"
@@ -97,8 +100,8 @@ class OrjsonFileBaseline(Monitor):
 
 class SdkLikeUploader(Monitor):
     """An uploader shaped like the prime-traces SDK: ``log_episodes`` awaits a put on a
-    bounded queue (``queue_records``; after ``put_timeout`` s the episode is dropped, counted
-    ``queue_full``), one task encodes (``orjson.dumps`` in a thread), batches (closed before
+    bounded queue (``queue_records``; after ``put_timeout`` s, None for never, the episode is
+    dropped, counted ``queue_full``), one task encodes (``orjson.dumps`` in a thread), batches (closed before
     ``batch_bytes``, or after ``linger`` s without a new episode), gzips at ``gzip_level``
     with the SHA-256 key in a thread, and posts one batch at a time, retrying 429/5xx and
     transport errors up to 5 attempts. ``finalize`` waits ``drain_timeout`` s for the queue
@@ -110,14 +113,14 @@ class SdkLikeUploader(Monitor):
         url: str,
         api_key: str,
         queue_records: int = 8,
-        put_timeout: float = 5.0,
+        put_timeout: float | None = 5.0,
         gzip_level: int = 9,
         batch_bytes: int = 30 * 2**20,
         linger: float = 0.05,
         drain_timeout: float = 60.0,
         retry_base: float = 1.0,
     ) -> None:
-        self.url = url.rstrip("/") + "/api/v1/traces"
+        self.url = url.rstrip("/") + TRACES_PATH
         self._api_key = api_key
         self.queue_records = queue_records
         self.put_timeout = put_timeout
@@ -279,3 +282,42 @@ class SdkLikeUploader(Monitor):
             self._ledger.delivered += records
         else:
             self._ledger.lost[outcome] += records
+
+
+def baseline_runs(monitors: Iterable[str]) -> list[RunSpec]:
+    """Today's way of doing what each of ``monitors`` does (W&B has none), as load test
+    runs measured beside them."""
+    runs = []
+    if "file" in monitors:
+        runs.append(
+            RunSpec(
+                key="baseline-file",
+                name="orjson + to_thread (file)",
+                make=lambda root, _config, _url: OrjsonFileBaseline(root / "baseline-file"),
+                files=True,
+                ours=False,
+                streams=_baseline_streams,
+            )
+        )
+    if "prime" in monitors:
+        runs.append(
+            RunSpec(
+                key="baseline-sdk",
+                name="SDK-like uploader",
+                make=_sdk_like,
+                http=True,
+                ours=False,
+                in_flight=1,
+            )
+        )
+    return runs
+
+
+def _sdk_like(_root: Path, config: LoadtestConfig, url: str | None) -> Monitor:
+    assert url is not None
+    return SdkLikeUploader(url=url, api_key=KEY, drain_timeout=config.drain_timeout)
+
+
+def _baseline_streams(monitor: Monitor) -> dict[str, str]:
+    assert isinstance(monitor, OrjsonFileBaseline)
+    return {s: str(monitor.path("train", s)) for s in ("all", "effective")}

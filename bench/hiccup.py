@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from monitors.lag import _steal
+from .attribution import steal as read_steal
 
 GAP_S = 0.002
 STEAL_EVERY_S = 0.01
@@ -45,20 +45,20 @@ def _spin(seconds: float, stat: int) -> list[tuple[float, float, list[int]]]:
     """Every gap over ``GAP_S``: its wall time, the CPU clock over it, steal ticks per core."""
     clock, cpu = time.perf_counter, time.thread_time
     gaps: list[tuple[float, float, list[int]]] = []
-    steal = _steal(stat)
+    steal = read_steal(stat)
     read = last = clock()
     last_cpu = cpu()
     end = last + seconds
     while last < end:
         now, now_cpu = clock(), cpu()
         if now - last > GAP_S:
-            after = _steal(stat)
+            after = read_steal(stat)
             gaps.append(
                 (now - last, now_cpu - last_cpu, [b - a for a, b in zip(steal, after, strict=True)])
             )
             steal, read = after, now
         elif now - read > STEAL_EVERY_S:
-            steal, read = _steal(stat), now
+            steal, read = read_steal(stat), now
         last, last_cpu = now, now_cpu
     return gaps
 

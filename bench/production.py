@@ -1,8 +1,8 @@
-"""The load test at production scale (``make bench``): ``nodewise loadtest`` in fresh processes.
+"""The load test at production scale (``make bench``): ``bench.loadtest`` in fresh processes.
 
-    python -m bench.loadtest [--episodes N] [--big-episodes N] [--quick] [--skip-full]
+    python -m bench.production [--episodes N] [--big-episodes N] [--quick] [--skip-full]
 
-1. ``nodewise loadtest --baseline`` at full size: 1,000 production-sized episodes (~8.5 GB
+1. ``python -m bench.loadtest --baseline`` at full size: 1,000 production-sized episodes (~8.5 GB
    of JSON, each logged twice) through the file, Prime and W&B monitors, and today's way
    (``orjson.dumps`` in ``asyncio.to_thread`` to a file; an SDK-like uploader with gzip 9 and
    one request in flight). The SDK-like uploader compresses ~12 MB/s here: this part alone
@@ -11,9 +11,8 @@
    ``--no-effective``) through the Prime monitor with no network time at 8 in flight, and with 100 ms + 100 MB/s per request at 1, 4 and 8 in
    flight (the TracesServer injects both on every request).
 
-Each configuration runs in its own process (``python -m monitors.loadtest --json``), so its
-peak RSS is its own. Then the tables, the DESIGN section 5 targets, and what limits
-throughput: encode, gzip or the network, from the stages measured alone on one core.
+Each configuration runs in its own process (``python -m bench.loadtest --json``), so its
+peak RSS is its own. Then the tables, the targets, and what limits throughput: encode, gzip or the network, from the stages measured alone on one core.
 Results also go to ``bench/results/loadtest.json``.
 """
 
@@ -31,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import encoder
-from monitors.loadtest._report import NET, in_kernel
 from monitors.testing.episodes import EpisodeMaker
+
+from .attribution import NET, in_kernel
 
 try:
     from isal import isal_zlib as _isal_zlib
@@ -40,16 +40,16 @@ except ImportError:  # pragma: no cover - isal is a dependency
     _isal_zlib = None  # type: ignore[assignment]
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "loadtest.json"
+RESULTS = ROOT / "bench" / "results" / "production.json"
 MB = 1_000_000
 MIB = 2**20
 WAN = ["--latency", "100ms", "--bandwidth", "100"]
 
 
 def loadtest(args: list[str]) -> dict[str, Any]:
-    """One ``nodewise loadtest --json`` in a fresh process; its JSON report."""
-    cmd = [sys.executable, "-m", "monitors.loadtest", "--json", "--no-progress", *args]
-    print("$ nodewise loadtest " + " ".join(args[:]), file=sys.stderr, flush=True)
+    """One ``python -m bench.loadtest --json`` in a fresh process; its JSON report."""
+    cmd = [sys.executable, "-m", "bench.loadtest", "--json", "--no-progress", *args]
+    print("$ python -m bench.loadtest " + " ".join(args), file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, check=False)
     if proc.returncode not in (0, 1):
@@ -198,12 +198,7 @@ def worst_net(w: dict[str, float]) -> str:
 
 
 def verdicts(reports: list[dict[str, Any]]) -> list[str]:
-    ours = [
-        (rep, r)
-        for rep in reports
-        for r in rep["results"]
-        if r["run"] in ("file", "prime", "wandb")
-    ]
+    ours = [(rep, r) for rep in reports for r in rep["results"] if r["ours"]]
     out = []
     undelivered = [r for _, r in ours if r["delivered"] != r["submitted"] or r["error"]]
     out.append(
@@ -218,11 +213,11 @@ def verdicts(reports: list[dict[str, Any]]) -> list[str]:
     if prime:
         worst = max(prime, key=lambda r: r["slowest_log_ms"])
         slowest = worst["slowest_log_ms"]
-        waiting, running = worst.get("slowest_log_waiting_ms"), worst.get("slowest_log_running_ms")
+        running = worst.get("slowest_log_running_ms")
         meanwhile = (
-            f" ({worst['network']}, {worst['in_flight']} in flight; the loop's thread meanwhile: "
-            f"{waiting:.2f} ms waiting for a core, {running:.2f} ms running)"
-            if waiting is not None and running is not None
+            f" ({worst['network']}, {worst['in_flight']} in flight; the loop's thread ran "
+            f"{running:.2f} ms of it)"
+            if running is not None
             else ""
         )
         out.append(
@@ -231,19 +226,17 @@ def verdicts(reports: list[dict[str, Any]]) -> list[str]:
         )
     p99 = max(ours, key=lambda x: x[1]["lag_ms"]["p99"])[1]
     mx = max(ours, key=lambda x: x[1]["lag_ms"]["max"])[1]
-    ok = p99["lag_ms"]["p99"] <= 5 and mx["lag_ms"]["max"] <= 15
     line = (
-        f"lag p99 <= 5 ms and max <= 15 ms, every monitor: worst p99 {p99['lag_ms']['p99']:.2f} ms "
-        f"({p99['name']}, {p99['network']}), worst max {mx['lag_ms']['max']:.2f} ms ({mx['name']}, "
-        f"{mx['network']}), {'met' if ok else 'NOT met'}"
+        f"lag p99 <= 5 ms, every monitor: worst {p99['lag_ms']['p99']:.2f} ms "
+        f"({p99['name']}, {p99['network']}), {'met' if p99['lag_ms']['p99'] <= 5 else 'NOT met'};"
+        f" lag max {mx['lag_ms']['max']:.2f} ms ({mx['name']}, {mx['network']}), judged by "
+        "where the loop was (python -m bench.stalls)"
     )
     net = [r.get("lag_net_ms") for _, r in ours]
-    if not ok and all(net) and net != [r["lag_ms"] for _, r in ours]:
-        net_p99 = max(n["p99"] for n in net if n)
-        net_max = max(n["max"] for n in net if n)
+    if all(net) and net != [r["lag_ms"] for _, r in ours]:
         line += (
-            f"; {NET}: worst p99 {net_p99:.2f} ms, worst max {net_max:.2f} ms, "
-            f"{'met' if net_p99 <= 5 and net_max <= 15 else 'NOT met'}"
+            f"; {NET}: worst p99 {max(n['p99'] for n in net if n):.2f} ms, worst max "
+            f"{max(n['max'] for n in net if n):.2f} ms"
         )
     out.append(line)
     big = [r for rep, r in ours if rep["config"]["episodes"] >= 10_000 and r["run"] == "prime"]
@@ -258,7 +251,7 @@ def verdicts(reports: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.loadtest")
+    parser = argparse.ArgumentParser(prog="python -m bench.production")
     parser.add_argument("--episodes", type=int, default=1_000, help="production-sized run")
     parser.add_argument("--big-episodes", type=int, default=10_000, help="2.2 MB runs")
     parser.add_argument("--quick", action="store_true", help="100 and 1,000 episodes")
@@ -298,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         full = reports[0]
         gb = full["episode_json_bytes"] / 1e9
         print(
-            f"nodewise loadtest --baseline: {n} production-sized episodes ({gb:.2f} GB of JSON, "
+            f"bench.loadtest --baseline: {n} production-sized episodes ({gb:.2f} GB of JSON, "
             "each logged twice: subset 'all' as it arrives, then its step with 'effective')"
         )
         print()
@@ -319,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     for rep in reports:
         for r in rep["results"]:
             w = r.get("lag_cpu_wait")
-            if w and r["run"] in ("file", "prime", "wandb"):
+            if w and r["ours"]:
                 print(f"- {worst_sample(r, w)}")
             net = r.get("lag_net_worst")
-            if net and r["run"] in ("file", "prime", "wandb"):
+            if net and r["ours"]:
                 print(f"  - {worst_net(net)}")
     speeds = [rep["machine"].get("orjson_mb_s") for rep in reports]
     if all(speeds):
@@ -331,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             "a busy host shows as a lower number): " + ", ".join(f"{s:.0f}" for s in speeds)
         )
     print()
-    print("DESIGN targets (section 5):")
+    print("Targets:")
     for line in verdicts(reports):
         print(f"- {line}")
     print()

@@ -31,10 +31,8 @@ from types import TracebackType
 
 import anyio
 
-from monitors.loadtest import LoadtestReport, run_loadtest
-from monitors.loadtest._report import text
+from monitors.loadtest import LoadtestError, LoadtestReport, run_loadtest, text
 from monitors.loadtest.cli import config_from, parser
-from monitors.loadtest.errors import LoadtestError
 
 THRESHOLD_MS = 8.0
 EVERY_S = 0.001
@@ -161,7 +159,7 @@ def summary(found: Sequence[tuple[str, Stall]], *, longest: int = 8) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser(prog="python -m bench.stalls").parse_args(argv)
     sampler = StallSampler()
 
     async def sampled() -> LoadtestReport:
@@ -173,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LoadtestError as exc:
         print(f"bench.stalls: {exc}", file=sys.stderr)
         return 2
-    print(text(report))
+    print(text(report, verbose=args.verbose))
     print()
     print(summary(during_runs(report, sampler.stalls)))
     return 0

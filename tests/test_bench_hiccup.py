@@ -30,7 +30,7 @@ def test_a_gap_the_cpu_clock_counts_as_running_is_told_from_one_off_the_core(
         hiccup, "time", types.SimpleNamespace(perf_counter=clock, thread_time=lambda: now[-1][1])
     )
     steals = [[5, 7]]  # then [5, 8] from the first gap on: one tick on the second core
-    monkeypatch.setattr(hiccup, "_steal", lambda fd: steals.pop() if steals else [5, 8])
+    monkeypatch.setattr(hiccup, "read_steal", lambda fd: steals.pop() if steals else [5, 8])
     assert hiccup.main(["0.0151"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("2 gaps over 2 ms in 0.0151 s; 1 of them with the thread's CPU clock")

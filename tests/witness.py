@@ -1,6 +1,6 @@
 """Timings judged net of the machine's stalls, for the tests that time the loop or a call.
 
-The witnesses themselves (``monitors.loadtest._witness``: a process per core sleeping 1 ms
+The witnesses themselves (``bench.witness``: a process per core sleeping 1 ms
 at a time, noting each wake-up over 3 ms late) tell the machine's stalls; a stall of the
 process under test that is its own leaves them on time, so it counts in full.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bench.witness import Stall, Witnesses, machine_ms, overlap, witnesses
 from monitors import LagStats, LoopLagProbe
-from monitors.loadtest._witness import Stall, Witnesses, machine_ms, overlap, witnesses
 
 __all__ = ["Stall", "Witnesses", "lag_within", "machine_ms", "overlap", "own_ms", "witnesses"]
 

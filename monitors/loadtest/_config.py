@@ -11,13 +11,11 @@ from ..testing.episodes import CAP_BYTES, MEDIAN_BYTES, MIN_BYTES, P90_BYTES
 from ..traces import DEFAULT_CHUNK_BYTES
 from .errors import LoadtestError
 
-__all__ = ["BASELINES", "MONITORS", "LoadtestConfig", "MonitorName"]
+__all__ = ["MONITORS", "LoadtestConfig", "MonitorName"]
 
 MonitorName = Literal["file", "prime", "wandb"]
 #: The monitors a load test can run, in their default order.
 MONITORS: Final[tuple[MonitorName, ...]] = ("file", "prime", "wandb")
-#: With ``baseline``: today's way of doing what each monitor does (W&B has none).
-BASELINES: Final[dict[str, str]] = {"file": "baseline-file", "prime": "baseline-sdk"}
 
 
 def _positive_int(name: str, value: object) -> None:
@@ -70,7 +68,6 @@ class LoadtestConfig:
     #: Where file and W&B monitors write, kept afterwards; None: a temporary directory,
     #: each monitor's files removed as soon as its run ends.
     out: Path | None = None
-    baseline: bool = False
     lag_interval: float = 0.001
     progress: bool = True
     #: Check that trace files fit on the disk before starting (``NotEnoughDiskError``).
@@ -119,10 +116,3 @@ class LoadtestConfig:
         """Records each monitor is given: every episode once as "all", and once more as
         "effective" unless ``effective`` is off."""
         return (2 if self.effective else 1) * self.episodes
-
-    def runs(self) -> list[str]:
-        """The runs, in order: the chosen monitors, then (``baseline``) their baselines."""
-        runs: list[str] = list(self.monitors)
-        if self.baseline:
-            runs += [BASELINES[m] for m in self.monitors if m in BASELINES]
-        return runs

@@ -1,5 +1,5 @@
-"""The command line: ``nodewise loadtest ...`` (also ``python -m monitors.loadtest ...``) and
-``nodewise traces cat|stat|verify DIR``."""
+"""The ``nodewise`` command: ``nodewise loadtest ...`` (also ``python -m monitors.loadtest``)
+and ``nodewise traces cat|stat|verify DIR`` (also ``python -m monitors.traces``)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,26 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from ._config import MONITORS, LoadtestConfig, MonitorName
-from ._report import check_plotting, plot, text, to_json
-from ._run import run_loadtest
+from ._report import check_plotting, plot, summary, text
+from ._run import Instrument, LoadtestReport, RunSpec, run_loadtest
 from .errors import LoadtestError
 
-__all__ = ["config_from", "main", "nodewise", "parse_bytes", "parse_seconds", "parser"]
+__all__ = [
+    "config_from",
+    "main",
+    "nodewise",
+    "parse_bytes",
+    "parse_seconds",
+    "parser",
+    "run_cli",
+]
 
 _UNITS = {
     "": None,
@@ -93,20 +101,21 @@ def _mb(value: str) -> int:
     return parse_bytes(value, default_unit=10**6)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(*, prog: str = "nodewise loadtest") -> argparse.ArgumentParser:
+    """The load test's options (``prog`` names the command in messages)."""
     p = argparse.ArgumentParser(
-        prog="nodewise loadtest",
+        prog=prog,
         description=(
             "Push production-like RL episodes through nodewise's monitors (file, Prime "
             "Traces API against a local TracesServer, W&B offline) the way an orchestrator "
             "logs them, while a probe samples the event loop every 1 ms; print per monitor "
             "what was delivered and lost, the slowest log() call, loop lag, wall time, "
-            "throughput and peak memory."
+            "throughput and peak memory, then whether the targets were met."
         ),
         epilog=(
             "Sizes take units (2.2MB, 5GiB; a bare number is MB, bytes for --chunk-bytes); "
             "durations too (100ms, 0.5s; a bare number is seconds). Example: nodewise "
-            "loadtest --episodes 200 --latency 100ms --bandwidth 100 --baseline"
+            "loadtest --episodes 200 --latency 100ms --bandwidth 100 --verbose"
         ),
     )
     d = LoadtestConfig()
@@ -185,12 +194,6 @@ def parser() -> argparse.ArgumentParser:
         "each monitor's files removed as soon as its run ends)",
     )
     p.add_argument(
-        "--baseline",
-        action="store_true",
-        help="also run today's way: orjson.dumps in asyncio.to_thread to a file, and an "
-        "SDK-like uploader (queue put that blocks, gzip 9, one request in flight)",
-    )
-    p.add_argument(
         "--json",
         nargs="?",
         const="-",
@@ -205,6 +208,12 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE.png",
         help="draw loop lag over time per monitor (needs nodewise[plot], i.e. matplotlib)",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also say what ran, what the columns mean, the machine's own lag and speed, "
+        "garbage collections, where lag came from, CPU per GB and what the server stored",
     )
     p.add_argument("--no-progress", action="store_true", help="no live progress display on stderr")
     return p
@@ -230,7 +239,6 @@ def config_from(args: argparse.Namespace) -> LoadtestConfig:
         drain_timeout=args.drain_timeout,
         chunk_bytes=args.chunk_bytes,
         out=args.out,
-        baseline=args.baseline,
         gc_freeze=not args.no_gc_freeze,
         progress=not args.no_progress and sys.stderr.isatty(),
     )
@@ -239,7 +247,19 @@ def config_from(args: argparse.Namespace) -> LoadtestConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     """``nodewise loadtest``: 0 when every nodewise monitor delivered every record, 1 when
     one did not, 2 for bad options or a run that cannot start, 130 when interrupted."""
-    args = parser().parse_args(argv)
+    return run_cli(parser().parse_args(argv))
+
+
+def run_cli(
+    args: argparse.Namespace,
+    *,
+    extra_runs: Sequence[RunSpec] = (),
+    instrument: Instrument | None = None,
+    more: Callable[[LoadtestReport], list[str]] | None = None,
+) -> int:
+    """Run the load test ``parser()``'s ``args`` ask for and print its report, as ``main``
+    does; the benchmarks pass what they measure beside it (``run_loadtest``'s
+    ``extra_runs`` and ``instrument``, and ``more`` lines for ``--verbose``)."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
     try:
         if args.plot is not None:
@@ -247,7 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
             raise LoadtestError(f"--json {args.json}: no such directory")
         config = config_from(args)
-        report = anyio.run(run_loadtest, config)
+        report = anyio.run(
+            lambda: run_loadtest(config, extra_runs=extra_runs, instrument=instrument)
+        )
     except LoadtestError as exc:
         print(f"nodewise loadtest: {exc}", file=sys.stderr)
         return 2
@@ -257,16 +279,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if args.plot is not None:
         plot(report, args.plot)
-    if args.json is not None and args.json != "-":
-        Path(args.json).write_text(json.dumps(to_json(report), indent=1) + "\n")
+    data = report.to_dict()
+    data["summary"] = summary(report)
+    if args.json not in (None, "-"):
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
     if args.json == "-":
-        print(json.dumps(to_json(report), indent=2))
+        print(json.dumps(data, indent=2))
     else:
-        print(text(report))
+        print(
+            text(report, verbose=args.verbose, more=more(report) if more and args.verbose else ())
+        )
         if args.plot is not None:
             print(f"\nloop lag over time: {args.plot}")
-    ours = [r for r in report.results if not r.run.startswith("baseline")]
-    return 0 if all(r.all_delivered for r in ours) else 1
+    return 0 if all(r.all_delivered for r in report.ours) else 1
 
 
 def nodewise(argv: Sequence[str] | None = None) -> int:

@@ -13,19 +13,18 @@ import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import anyio
 import pytest
-from witness import machine_ms
 
+from bench.attribution import Attribution, RunAttribution, lag_causes
+from bench.loadtest import run as _run
+from bench.witness import machine_ms
 from monitors.loadtest import LoadtestConfig, LoadtestReport, NotEnoughDiskError, RunResult
-from monitors.loadtest import run_loadtest as _run_loadtest
-from monitors.loadtest._report import _lag_causes as lag_causes
 from monitors.testing.episodes import Episode, EpisodeMaker
 from monitors.traces import read_record, read_row
 from monitors.traces._layout import list_chunks
 from monitors.traces._reader import iter_spans
 
-#: Loose on purpose: shared 2-core CI machines (the DESIGN targets are for the benchmark).
+#: Loose on purpose: shared 2-core CI machines (the targets are for the benchmark).
 SLOWEST_LOG = 1.0
 LAG_P99 = 100.0
 LAG_MAX = 250.0
@@ -33,13 +32,13 @@ LAG_MAX = 250.0
 _WHOLE = 1 << 40
 
 
-def run(config: LoadtestConfig) -> LoadtestReport:
-    """The load test (each run with the machine's stalls its witnesses saw meanwhile:
-    ``RunResult.witness_stalls``); a run whose files cannot fit on the disk is skipped,
+def run(config: LoadtestConfig) -> tuple[LoadtestReport, Attribution]:
+    """The load test, each run attributed (``bench.attribution``: with the machine's stalls
+    its witnesses saw meanwhile); a run whose files cannot fit on the disk is skipped,
     naming the shortfall (the only skip these tests allow; only file-writing runs check the
     disk)."""
     try:
-        return anyio.run(_run_loadtest, config)
+        return _run(config)
     except NotEnoughDiskError as exc:
         pytest.skip(f"not enough free disk ({exc.shortfall / 1e9:.1f} GB short): {exc}")
 
@@ -53,22 +52,22 @@ def out_dir(tmp_path: Path) -> Iterator[Path]:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def check_run(r: RunResult, episodes: int) -> None:
+def check_run(r: RunResult, att: RunAttribution, episodes: int) -> None:
     """Every record delivered, nothing lost, and the call and lag bounds, each judged net
     of the machine's stalls.
 
     Shared hosts stall these VMs for hundreds of ms (1.5 s seen: the host's other tenants;
     the guest's steal counters show a part of it at most). What the load test measures is
-    the code: a log call is judged less the time a witness process (``_witness``) was
+    the code: a log call is judged less the time a witness process (``bench.witness``) was
     stalled during it; a lag sample less the larger of that and what the kernel counted as
     the loop's thread waiting for a core or its core stolen. What is left is the loop's own
     running and sleeping past its time: a blocking step of ours (CPU or I/O on the loop)
     counts in full.
     """
-    machine = r.witness_stalls
+    machine = att.witness_stalls
     times = [r.started_at + t for t in r.lag_times]
     seen = machine_ms(times, r.lag_samples, machine)
-    parts = r._lag_parts()
+    parts = att.parts()
     taken = [wait + took for _, wait, _, took in parts] if parts else [0.0] * len(seen)
     own_lag = max(
         (lag - max(a, b) for lag, a, b in zip(r.lag_samples, taken, seen, strict=True)),
@@ -101,7 +100,7 @@ def check_run(r: RunResult, episodes: int) -> None:
             f"; worst sample {r.lag_times[at]:.1f} s into the run, witnesses stalled "
             f"{seen[at]:.1f} ms of it"
         )
-    causes = r.cpu_wait()
+    causes = att.cpu_wait()
     if causes is not None:
         summary += f"; {lag_causes(r.name, causes)}"
     summary += f"; longest gc pause {r.gc_longest:.1f} ms"

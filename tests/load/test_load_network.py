@@ -28,9 +28,9 @@ def test_slow_network_everything_delivered_within_the_drain(monitor: str, out: P
         out=out,
         progress=False,
     )
-    report = run(cfg)
+    report, attribution = run(cfg)
     result = report.result(monitor)
-    check_run(result, EPISODES)
+    check_run(result, attribution.runs[monitor], EPISODES)
     assert result.drain < cfg.drain_timeout
     maker, episodes = make_episodes(cfg)
     if monitor == "prime":

@@ -5,8 +5,8 @@ Every record must arrive intact: the file and W&B streams are read back from eve
 (at the default 5 GiB chunks, each stream spans two) and compared byte for byte; the Prime
 run is counted by the TracesServer (every line received, one unique id per episode). The
 lag and call bounds are loose on purpose (shared 2-core CI machines) and judged net of the
-machine's stalls (``loadcheck.check_run``); the DESIGN targets are what ``make bench``
-reports against, on raw lag.
+machine's stalls (``loadcheck.check_run``); the targets are what ``make bench`` reports
+against, on raw lag.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ def config(monitor: str, out: Path) -> LoadtestConfig:
 @pytest.mark.parametrize("monitor", ["file", "wandb"])
 def test_trace_files_hold_every_record(monitor: str, out: Path) -> None:
     cfg = config(monitor, out)
-    report = run(cfg)
+    report, attribution = run(cfg)
     result = report.result(monitor)
-    check_run(result, EPISODES)
+    check_run(result, attribution.runs[monitor], EPISODES)
     maker, episodes = make_episodes(cfg)
     assert report.json_bytes == sum(e.size for e in episodes) > 8e9
     for subset in ("all", "effective"):
@@ -54,8 +54,8 @@ def test_trace_files_hold_every_record(monitor: str, out: Path) -> None:
 
 def test_prime_server_counts_every_record(out: Path) -> None:
     cfg = config("prime", out)
-    report = run(cfg)
+    report, attribution = run(cfg)
     result = report.result("prime")
-    check_run(result, EPISODES)
+    check_run(result, attribution.runs["prime"], EPISODES)
     _, episodes = make_episodes(cfg)
     check_server(result, episodes)

@@ -1,5 +1,5 @@
-"""The witnesses that tell the machine's stalls from the loop's own (``_witness``), and the
-tests' and the load test's bounds judged net of them."""
+"""The witnesses that tell the machine's stalls from the loop's own (``bench.witness``), and
+the tests' and the load test's bounds judged net of them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 import pytest
 from witness import Stall, lag_within, machine_ms, overlap, own_ms, witnesses
 
+from bench.attribution import RunAttribution
 from monitors import LagStats, LoopLagProbe
 from monitors.loadtest import RunResult
 
@@ -59,11 +60,12 @@ def test_own_ms_and_lag_within_leave_what_the_machine_did_not_take() -> None:
     assert lag_within(probe, [(9.9, 10.4)]).max == 10.0
 
 
-def _run(lags: list[float]) -> RunResult:
+def _run(lags: list[float]) -> tuple[RunResult, RunAttribution]:
     """A run whose samples come one a second from t = 1 s, neither waiting nor running nor
     stolen unless a test says; one quick log call."""
     n = len(lags)
-    return RunResult(
+    times = [float(t) for t in range(1, n + 1)]
+    result = RunResult(
         run="file",
         name="FileMonitor",
         episodes=1,
@@ -73,48 +75,50 @@ def _run(lags: list[float]) -> RunResult:
         log_spans=[(0.5, 0.001)],
         lag=LagStats.of(lags),
         lag_samples=lags,
-        lag_times=[float(t) for t in range(1, n + 1)],
-        lag_cpu_waits=[0.0] * n,
-        lag_cpu_runs=[0.0] * n,
-        lag_stolen=[0.0] * n,
+        lag_times=times,
+        lag_running=[0.0] * n,
     )
+    att = RunAttribution(
+        samples=lags, times=times, waits=[0.0] * n, runs=result.lag_running, stolen=[0.0] * n
+    )
+    return result, att
 
 
-def with_stalls(r: RunResult, stalls: list[list[Stall]]) -> RunResult:
-    """``r`` as if a witness on each of cores 0, 1, ... had seen ``stalls``."""
-    r.witness_cores = list(range(len(stalls)))
-    r.witness_stalls = stalls
-    return r
+def with_stalls(att: RunAttribution, stalls: list[list[Stall]]) -> RunAttribution:
+    """``att`` as if a witness on each of cores 0, 1, ... had seen ``stalls``."""
+    att.witness_cores = list(range(len(stalls)))
+    att.witness_stalls = stalls
+    return att
 
 
 def test_check_run_bounds_the_loops_own_lag() -> None:
     worst = 2 * LAG_MAX  # the last sample, ending at t = 201 s
-    r = _run([0.5] * 200 + [worst])
+    r, att = _run([0.5] * 200 + [worst])
     with pytest.raises(AssertionError, match=r"the loop's own, max 500\.00 ms"):
-        check_run(with_stalls(r, []), 1)
+        check_run(r, with_stalls(att, []), 1)
     # A witness stalled through all but 100 ms of it: the machine's.
-    check_run(with_stalls(r, [[(201.0 - worst / 1e3, 201.0 - 0.1)]]), 1)
+    check_run(r, with_stalls(att, [[(201.0 - worst / 1e3, 201.0 - 0.1)]]), 1)
     # ... but not through enough of it.
     with pytest.raises(AssertionError, match=r"own, max 300\.00 ms"):
-        check_run(with_stalls(r, [[(201.0 - worst / 1e3, 201.0 - 0.3)]]), 1)
+        check_run(r, with_stalls(att, [[(201.0 - worst / 1e3, 201.0 - 0.3)]]), 1)
     # Waiting for a core and a stolen core are the machine's too, together ...
-    r.lag_cpu_waits[-1], r.lag_stolen[-1] = 200.0, 200.0
-    check_run(with_stalls(r, []), 1)
+    att.waits[-1], att.stolen[-1] = 200.0, 200.0
+    check_run(r, with_stalls(att, []), 1)
     # ... but the loop's thread running is its own.
-    r.lag_cpu_waits[-1], r.lag_stolen[-1], r.lag_cpu_runs[-1] = 0.0, 0.0, worst
+    att.waits[-1], att.stolen[-1], att.runs[-1] = 0.0, 0.0, worst
     with pytest.raises(AssertionError, match=r"own, max 500\.00 ms"):
-        check_run(with_stalls(r, []), 1)
+        check_run(r, with_stalls(att, []), 1)
 
 
 def test_check_run_bounds_log_calls_net_of_the_machines_stalls() -> None:
-    r = _run([0.5] * 200)
+    r, att = _run([0.5] * 200)
     r.log_spans.append((10.0, 1.5))
     r.log_calls = 2
     with pytest.raises(AssertionError, match=r"net of the machine's stalls 1\.500 s"):
-        check_run(with_stalls(r, []), 1)
-    check_run(with_stalls(r, [[(9.0, 10.8)], [(10.1, 10.2)]]), 1)  # 0.8 s of it the machine's
+        check_run(r, with_stalls(att, []), 1)
+    check_run(r, with_stalls(att, [[(9.0, 10.8)], [(10.1, 10.2)]]), 1)  # 0.8 s of it the machine's
     with pytest.raises(AssertionError, match=r"stalls 1\.100 s"):
-        check_run(with_stalls(r, [[(10.0, 10.4)]]), 1)
+        check_run(r, with_stalls(att, [[(10.0, 10.4)]]), 1)
     r.log_spans.clear()  # every call must be timed
     with pytest.raises(AssertionError):
-        check_run(with_stalls(r, [[(9.0, 10.8)]]), 1)
+        check_run(r, with_stalls(att, [[(9.0, 10.8)]]), 1)
