@@ -1,7 +1,8 @@
 """Cooperative JSON encoding, byte-identical to ``orjson.dumps``, for documents of any size.
 
 ``encode``/``iterencode``/``dump`` are the blocking drivers; ``aiterencode``/``adump`` give the
-event loop back every ``budget`` seconds so no single step stalls it.
+event loop back every ``budget`` seconds so no single step stalls it. They bound each step
+rather than move the work to a thread, where orjson would hold the GIL (docs/design.md D1).
 """
 
 from typing import TYPE_CHECKING, Any

@@ -13,7 +13,7 @@ class Chunker:
 
     Small pieces are joined until they fill half a chunk; a ``bytes`` piece that fills half
     a chunk by itself is handed on as it is, without a copy (most of what orjson writes for
-    groups and number slices). Every other output byte is copied once.
+    groups and number slices). Every other output byte is copied once (docs/design.md D5).
     """
 
     __slots__ = ("half", "pending", "pending_bytes", "size")

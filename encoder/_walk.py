@@ -1,11 +1,11 @@
 """The sans-IO core: walk a value one bounded step at a time and yield its JSON in pieces.
 
 Nothing here does I/O or knows about event loops; the drivers in ``sync`` and ``aio`` decide
-when to hand control back. Every step does a bounded amount of work: a group of small values
-handed to ``orjson.dumps`` whole, one slice of a long string, list or array, or the bracket and
-key of a large container. What is "small" is decided by C-level checks: the ``_csize``
-extension when it was built (a few ns a node), else builtins (``len``, ``sum``,
-``gc.get_referents``, 25-45 ns a node), so the walk adds no per-element Python work.
+when to hand control back (docs/design.md D2). Every step does a bounded amount of work: a
+group of small values handed to ``orjson.dumps`` whole, one slice of a long string, list or
+array, or the bracket and key of a large container. What is "small" is decided by C-level
+checks: the ``_csize`` extension when it was built, else builtins (``len``, ``sum``,
+``gc.get_referents``), so the walk adds no per-element Python work (docs/design.md D3).
 """
 
 from __future__ import annotations
@@ -38,15 +38,10 @@ from .options import (
 __all__ = ["AnextRequest", "Piece", "Walker"]
 
 #: Estimated JSON bytes (string lengths, plus 8 a node) below which a group of values goes to
-#: ``orjson.dumps`` in one call: ~40-150 us of orjson work, and ~16K objects looked at, at
-#: most, to find a group too big (fewer where a long container's first items project it past
-#: this). At half this size production episodes encoded ~7% slower. Twice this size was
-#: ~1.5% faster again in ``iterencode`` and ~3% in ``aiterencode`` (fewer checkpoints), at
-#: lag p99 ~1 ms on a 60 MB episode; but in the load test's Prime runs 3 of 6 at that size
-#: had a stall of 9-37 ms with the loop's thread running, against 1 of 7 (10 ms) at this one.
+#: ``orjson.dumps`` in one call, so no step is long (docs/design.md D3).
 GROUP_BYTES: Final = 128 * 1024
 #: Numbers per slice of a list proven numeric by ``sum`` to start with; then adjusted so a
-#: slice writes about ``NUMBER_SLICE_BYTES`` (~9K short ints, ~3K long floats: 40-70 us).
+#: slice writes about ``NUMBER_SLICE_BYTES``.
 NUMBERS_PER_SLICE: Final = 4096
 NUMBER_SLICE_BYTES: Final = 64 * 1024
 #: Characters per slice of a long string (64K chars is 64-256 KiB of output).
@@ -249,11 +244,8 @@ class Walker:
         if not option & OPT_PASSTHROUGH_DATETIME:
             plain |= {datetime, date, time}
         self.plain = frozenset(plain)
-        # Without these options anything orjson writes by itself is written the same whether
-        # we walk it or not, and what it cannot write reaches ``_probe_default``: the type
-        # check is needed only where a value could be large yet invisible to ``size`` (numpy
-        # arrays), or where orjson's bytes would need changing (rounding, re-indenting
-        # fragments).
+        # Types need checking only for numpy arrays (large, yet invisible to ``size``) and where
+        # orjson's bytes change (rounding, re-indenting); else ``_probe_default`` catches them.
         self.check_types = bool(option & (OPT_SERIALIZE_NUMPY | OPT_INDENT_2)) or (
             float_decimals is not None
         )
@@ -468,7 +460,7 @@ class Walker:
                 out.append(b'"')
             return
         if (t is list or t is tuple) and obj and type(obj[0]) in _NumberSum:
-            # A list of numbers, proven so by ``sum`` (~4 ns an element): whole if short.
+            # A list of numbers, proven so by ``sum``: whole if short.
             if len(obj) <= NUMBERS_PER_SLICE and self.numbers_size(obj) != _BIG:
                 try:
                     out.append(self.dump_whole(obj, depth))
@@ -982,8 +974,8 @@ class Walker:
 
 
 def _numbers_size(values: list[Any] | tuple[Any, ...]) -> int:
-    """Estimated JSON bytes of a list proven to hold only numbers by ``sum`` (~4 ns an
-    element, where exploring it costs ~15), or ``_BIG`` when it holds anything else."""
+    """Estimated JSON bytes of a list proven to hold only numbers by ``sum`` (far cheaper than
+    exploring it), or ``_BIG`` when it holds anything else (docs/design.md D3)."""
     try:
         total = sum(values)
     except Exception:  # not plain numbers (numpy scalars overflow, say)

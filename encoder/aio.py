@@ -1,7 +1,6 @@
 """Async drivers: encode on the event loop, giving it back whenever the time budget is spent.
 
-Works under asyncio and trio (through anyio). With a budget ``b`` another task on stock asyncio
-waits about ``2.5 * b`` plus the longest single step (see DESIGN section 3).
+Works under asyncio and trio (through anyio); the yield policy is docs/design.md D4.
 """
 
 from __future__ import annotations
@@ -22,11 +21,8 @@ from .sync import DEFAULT_CHUNK_SIZE
 
 __all__ = ["DEFAULT_BUDGET", "adump", "aiterencode"]
 
-#: Seconds of encoding between two checkpoints, chosen by measurement (``make bench``, budget
-#: sweep): on a 60 MB episode 0.15 ms kept loop lag p99 at 0.80 ms and max at 0.97 ms (0.1 ms:
-#: 0.70 and 0.82), and the production mix encoded at 0.911x orjson's speed against 0.897x at
-#: 0.1 ms (3 runs each). 0.25 ms reached p99 1.2-1.8 ms in earlier sweeps.
 DEFAULT_BUDGET = 0.00015
+"""Seconds of encoding between two turns given to the event loop (docs/design.md D4)."""
 
 
 class _Turn(threading.local):
@@ -45,7 +41,7 @@ _turn = _Turn()
 @types.coroutine
 def _asyncio_checkpoint() -> Generator[None, None, None]:
     """One turn of the event loop, as ``asyncio.sleep(0)`` gives it (a bare yield to the task),
-    without the two coroutine frames that cost ~1% of encoding time at a 0.1 ms budget."""
+    without its two coroutine frames (docs/design.md D4)."""
     yield
 
 
@@ -65,6 +61,19 @@ async def aiterencode(
     Output equals ``orjson.dumps(obj, option=option, default=default)``. With ``iterables``,
     async iterables are encoded as arrays too. A dict or list that changes size while it is
     being encoded raises ``EncodeError`` instead of writing a mix of old and new.
+
+    :param obj: The value to encode.
+    :param option: orjson's ``OPT_*`` flags, combined with ``|``.
+    :param default: Called with each object orjson cannot write; returns one it can.
+    :param chunk_size: Most bytes in one chunk.
+    :param budget: Seconds of encoding between two turns given to the event loop.
+    :param iterables: Also encode iterators and async iterables as arrays.
+    :param float_decimals: Round every float to this many decimals (0 to 17); None writes
+        floats as they are.
+    :returns: An async iterator of ``bytes`` chunks.
+    :raises EncodeError: A node cannot be encoded (after the chunks before it), or
+        ``option`` is not one orjson accepts.
+    :raises ValueError: ``budget``, ``chunk_size`` or ``float_decimals`` is out of range.
     """
     if not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds, not {budget!r}")
@@ -129,7 +138,22 @@ async def adump(
     iterables: bool = False,
     float_decimals: int | None = None,
 ) -> int:
-    """Await ``write(chunk)`` for each chunk of the JSON of ``obj``; return the bytes written."""
+    """Await ``write(chunk)`` for each chunk of the JSON of ``obj``; return the bytes written.
+
+    :param obj: The value to encode.
+    :param write: An async callable that takes each chunk, in order.
+    :param option: orjson's ``OPT_*`` flags, combined with ``|``.
+    :param default: Called with each object orjson cannot write; returns one it can.
+    :param chunk_size: Most bytes in one ``write`` call.
+    :param budget: Seconds of encoding between two turns given to the event loop.
+    :param iterables: Also encode iterators and async iterables as arrays.
+    :param float_decimals: Round every float to this many decimals (0 to 17); None writes
+        floats as they are.
+    :returns: The number of bytes written.
+    :raises EncodeError: A node cannot be encoded (what came before it is written), or
+        ``option`` is not one orjson accepts.
+    :raises ValueError: ``budget``, ``chunk_size`` or ``float_decimals`` is out of range.
+    """
     written = 0
     chunks = aiterencode(
         obj,

@@ -15,6 +15,9 @@ class EncodeError(TypeError):
 
     A subclass of ``TypeError``, as ``orjson.JSONEncodeError`` is, so code written for orjson
     keeps catching it.
+
+    :param message: What is wrong, as orjson words it where orjson would raise too.
+    :param path: The JSON path of the node, ``$`` for the document itself.
     """
 
     def __init__(self, message: str, *, path: str = "$") -> None:

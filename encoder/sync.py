@@ -14,9 +14,12 @@ from .errors import EncodeError
 __all__ = ["dump", "encode", "iterencode"]
 
 DEFAULT_CHUNK_SIZE = 64 * 1024
+"""Most bytes in one chunk, unless ``chunk_size`` says otherwise (docs/design.md D5)."""
 
 
 class SupportsWrite(Protocol):
+    """What ``dump`` writes to: anything with ``write(bytes)``, such as a binary file."""
+
     def write(self, data: bytes, /) -> object: ...
 
 
@@ -34,6 +37,17 @@ def encode(
     deeper than 254, a cycle, a bad leaf) the walk takes over, so the value encodes or the
     ``EncodeError`` names the path. On that slow path a ``default`` hook is called again for
     the objects it already saw.
+
+    :param obj: The value to encode.
+    :param option: orjson's ``OPT_*`` flags, combined with ``|``.
+    :param default: Called with each object orjson cannot write; returns one it can.
+    :param iterables: Also encode iterators (generators, ``map``, ...) as arrays.
+    :param float_decimals: Round every float to this many decimals (0 to 17), as ``round``
+        does, numpy floats included; None writes floats as they are.
+    :returns: The whole document.
+    :raises EncodeError: A node cannot be encoded (its path is in the error), or ``option``
+        is not one orjson accepts.
+    :raises ValueError: ``float_decimals`` is out of range.
     """
     if float_decimals is None and not iterables:
         try:
@@ -62,6 +76,18 @@ def iterencode(
     Each ``next()`` does bounded work (about one chunk's worth), so a caller may interleave
     other work between chunks. Options and errors are as for ``encode``; on ``EncodeError``
     the chunks before the bad node are yielded first, then the error is raised.
+
+    :param obj: The value to encode.
+    :param option: orjson's ``OPT_*`` flags, combined with ``|``.
+    :param default: Called with each object orjson cannot write; returns one it can.
+    :param chunk_size: Most bytes in one chunk.
+    :param iterables: Also encode iterators (generators, ``map``, ...) as arrays.
+    :param float_decimals: Round every float to this many decimals (0 to 17); None writes
+        floats as they are.
+    :returns: An iterator of ``bytes`` chunks.
+    :raises EncodeError: A node cannot be encoded, or ``option`` is not one orjson accepts.
+    :raises ValueError: ``chunk_size`` is not a positive int, or ``float_decimals`` is out
+        of range.
     """
     chunker = Chunker(chunk_size)
     walker = Walker(
@@ -102,8 +128,20 @@ def dump(
 ) -> int:
     """Write the JSON of ``obj`` to ``fp`` (anything with ``write(bytes)``) chunk by chunk.
 
-    Returns the number of bytes written. On ``EncodeError`` what was already written stays
-    written: write to a temporary file and rename it if a partial document must never be seen.
+    On ``EncodeError`` what was already written stays written: write to a temporary file and
+    rename it if a partial document must never be seen.
+
+    :param obj: The value to encode.
+    :param fp: Where the chunks go, by ``fp.write(chunk)``.
+    :param option: orjson's ``OPT_*`` flags, combined with ``|``.
+    :param default: Called with each object orjson cannot write; returns one it can.
+    :param chunk_size: Most bytes in one ``write`` call.
+    :param iterables: Also encode iterators (generators, ``map``, ...) as arrays.
+    :param float_decimals: Round every float to this many decimals (0 to 17); None writes
+        floats as they are.
+    :returns: The number of bytes written.
+    :raises EncodeError: A node cannot be encoded, or ``option`` is not one orjson accepts.
+    :raises ValueError: ``chunk_size`` or ``float_decimals`` is out of range.
     """
     written = 0
     write = fp.write

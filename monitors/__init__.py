@@ -1,7 +1,8 @@
 """Monitor backends for a training orchestrator: files, the Prime Traces API and W&B.
 
 Every monitor logs metrics and episodes without blocking the event loop and accounts for
-every record it was given: delivered, or lost with a reason (``Monitor.stats()``).
+every record it was given: delivered, or lost with a reason (``Monitor.stats()``,
+docs/design.md D8).
 """
 
 from .base import DeliveryStats, Monitor, Monitors

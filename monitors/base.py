@@ -27,7 +27,11 @@ class DeliveryStats:
     """What happened to the records a monitor was given.
 
     ``submitted == delivered + sum(lost.values()) + pending`` at every moment; after
-    ``finalize`` nothing is pending.
+    ``finalize`` nothing is pending. Nothing is lost silently (docs/design.md D8).
+
+    :param submitted: Records the monitor was given.
+    :param delivered: Records that reached their destination.
+    :param lost: Records lost, by reason (``queue_full``, ``encode_error``, ...).
     """
 
     submitted: int = 0
@@ -36,10 +40,12 @@ class DeliveryStats:
 
     @property
     def lost_total(self) -> int:
+        """Records lost, whatever the reason."""
         return sum(self.lost.values())
 
     @property
     def pending(self) -> int:
+        """Records neither delivered nor lost yet."""
         return self.submitted - self.delivered - self.lost_total
 
     def __add__(self, other: DeliveryStats) -> DeliveryStats:
@@ -73,7 +79,11 @@ class Monitor(ABC):
 
     @abstractmethod
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
-        """Record one step's scalar metrics."""
+        """Record one step's scalar metrics.
+
+        :param metrics: Metric names and their values.
+        :param step: The training step they belong to.
+        """
 
     @abstractmethod
     async def log_episodes(
@@ -84,7 +94,13 @@ class Monitor(ABC):
         kind: Kind = "train",
         subset: Subset = "effective",
     ) -> None:
-        """Record episodes: Mappings, or objects with ``to_record()`` (built when encoded)."""
+        """Record episodes: Mappings, or objects with ``to_record()`` (built when encoded).
+
+        :param episodes: The episodes, in the order they are to be stored.
+        :param step: The training step they belong to.
+        :param kind: ``"train"`` or ``"eval"``.
+        :param subset: ``"all"`` or ``"effective"``: which of the kind's two streams.
+        """
 
     async def log(
         self,
@@ -94,7 +110,13 @@ class Monitor(ABC):
         kind: Kind = "train",
         subset: Subset = "effective",
     ) -> None:
-        """``log_metrics`` for a Mapping, ``log_episodes`` for anything else."""
+        """``log_metrics`` for a Mapping, ``log_episodes`` for anything else.
+
+        :param data: A step's metrics, or its episodes.
+        :param step: The training step they belong to.
+        :param kind: For episodes: ``"train"`` or ``"eval"``.
+        :param subset: For episodes: ``"all"`` or ``"effective"``.
+        """
         if isinstance(data, Mapping):
             await self.log_metrics(data, step=step)
         else:
@@ -125,10 +147,10 @@ class Monitors(Monitor):
     """Logs to every monitor at once; a monitor that fails is logged (with its traceback)
     and counted in ``failures``, never raised into the caller.
 
-    ``start`` and ``finalize`` call the monitors one after the other, in the caller's task,
-    and ``finalize`` in reverse order: a monitor with background work (``PrimeMonitor``,
-    ``WandbMonitor``) opens a task group in ``start`` and closes it in ``finalize``, so those
-    must run in the same task, and the groups close in the reverse of the order they opened.
+    ``start`` and ``finalize`` call the monitors one after the other in the caller's task,
+    ``finalize`` in reverse order, as the task groups some monitors open in ``start`` require.
+
+    :param monitors: The monitors to log to, started in this order.
     """
 
     def __init__(self, *monitors: Monitor) -> None:
@@ -189,11 +211,17 @@ class Monitors(Monitor):
         return total
 
     def stats_by_monitor(self) -> dict[str, DeliveryStats]:
+        """Each monitor's own ``stats()``, by class name."""
         return {type(m).__name__: m.stats() for m in self.monitors}
 
 
 def finite_metrics(metrics: Mapping[str, Any], *, step: int) -> dict[str, Any]:
-    """The metrics without NaN and infinities; a warning names every key dropped."""
+    """The metrics without NaN and infinities; a warning names every key dropped.
+
+    :param metrics: Metric names and their values.
+    :param step: The step, named in the warning.
+    :returns: The finite metrics, keys as ``str``.
+    """
     kept: dict[str, Any] = {}
     dropped: list[str] = []
     for key, value in metrics.items():

@@ -20,6 +20,10 @@ class TraceFormatError(MonitorError):
     """A trace chunk holds bytes that are not a complete JSON record.
 
     ``chunk`` is the chunk file and ``offset`` the byte where the bad line starts.
+
+    :param message: What is wrong with the line.
+    :param chunk: The chunk file's name.
+    :param offset: The byte in the chunk where the bad line starts.
     """
 
     def __init__(self, message: str, *, chunk: str, offset: int) -> None:

@@ -35,7 +35,17 @@ async def write_episodes(
     """Append each episode's record to ``writer``, in order, counting each in ``ledger``:
     delivered once written, else lost as ``bad_record`` (``to_record()`` raised, the rest go
     on), ``encode_error`` (likewise), ``write_error`` or ``cancelled`` (this one and the rest,
-    then the error is raised). Returns the highest chunk number written to (-1: none)."""
+    then the error is raised).
+
+    :param writer: The stream to append to.
+    :param batch: The episodes.
+    :param ledger: Where deliveries and losses are counted.
+    :param step: The training step, written into each index row (as are kind and subset).
+    :param kind: ``"train"`` or ``"eval"``.
+    :param subset: ``"all"`` or ``"effective"``.
+    :returns: The highest chunk number written to (-1: none).
+    :raises TraceWriteError: The disk refused a write.
+    """
     chunk = -1
     for i, episode in enumerate(batch):
         try:
@@ -62,7 +72,7 @@ async def write_episodes(
 
 
 class FileMonitor(Monitor):
-    """Writes a run to ``root``::
+    """Writes a run to ``root``:
 
         root/metrics.jsonl                      {"step", "time", "metrics"} per call
         root/traces/<kind>/<subset>/00000.jsonl  one episode per line (see monitors.traces)
@@ -72,6 +82,13 @@ class FileMonitor(Monitor):
     A record that cannot be encoded is counted lost (``encode_error``) and the rest of the
     call goes on; a disk that refuses raises ``TraceWriteError`` after counting what was lost
     (``write_error``), and the stream stays readable up to its last complete record.
+
+    :param root: The run's directory, created by ``start``.
+    :param chunk_bytes: Most bytes in one chunk file before its stream rolls to the next.
+    :param option: orjson's ``OPT_*`` flags for every record (``OPT_INDENT_2`` is refused).
+    :param default: Called with each object orjson cannot write; returns one it can.
+    :param fsync: Flush chunks and indexes to the disk when they roll and at ``finalize``.
+    :raises ValueError: ``option`` includes ``OPT_INDENT_2``.
     """
 
     def __init__(
@@ -95,6 +112,11 @@ class FileMonitor(Monitor):
         self._finalized = False
 
     def stream_dir(self, kind: Kind, subset: Subset) -> Path:
+        """Where a (kind, subset) stream lives: ``root/traces/<kind>/<subset>``.
+
+        :param kind: ``"train"`` or ``"eval"``.
+        :param subset: ``"all"`` or ``"effective"``.
+        """
         return self.root / "traces" / kind / subset
 
     def _stream(self, kind: Kind, subset: Subset) -> TraceWriter:

@@ -19,7 +19,9 @@ __all__ = [
 ]
 
 Kind = Literal["train", "eval"]
+"""Which episodes: training or evaluation."""
 Subset = Literal["all", "effective"]
+"""Which stream of a kind: ``"all"`` episodes or the ``"effective"`` batch."""
 KINDS: tuple[Kind, ...] = ("train", "eval")
 SUBSETS: tuple[Subset, ...] = ("all", "effective")
 
@@ -32,7 +34,11 @@ class SupportsToRecord(Protocol):
 
 
 def build_record(episode: Any) -> Any:
-    """The value to encode for one episode: ``to_record()`` if it has one, else itself."""
+    """The value to encode for one episode: ``to_record()`` if it has one, else itself.
+
+    :param episode: A Mapping, or an object with ``to_record()``.
+    :raises TypeError: The episode is neither.
+    """
     to_record = getattr(episode, "to_record", None)
     if to_record is not None and callable(to_record):
         return to_record()
@@ -44,7 +50,12 @@ def build_record(episode: Any) -> Any:
 
 
 def check_kind(kind: str, subset: str) -> None:
-    """Refuse a kind or subset the trace layout has no place for."""
+    """Refuse a kind or subset the trace layout has no place for.
+
+    :param kind: One of ``KINDS``.
+    :param subset: One of ``SUBSETS``.
+    :raises ValueError: Either is something else.
+    """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     if subset not in SUBSETS:
@@ -54,7 +65,11 @@ def check_kind(kind: str, subset: str) -> None:
 def line_option(option: int) -> int:
     """``option`` for one JSON Lines record: with ``OPT_APPEND_NEWLINE``, and refused if it
     asks for ``OPT_INDENT_2`` (an indented record spans lines, and the stream would no longer
-    be one record per line)."""
+    be one record per line).
+
+    :param option: The caller's orjson ``OPT_*`` flags.
+    :raises ValueError: ``option`` includes ``OPT_INDENT_2``.
+    """
     if option & encoder.OPT_INDENT_2:
         raise ValueError("option=OPT_INDENT_2 is refused: a JSON Lines record is one line")
     return option | encoder.OPT_APPEND_NEWLINE

@@ -57,37 +57,42 @@ class _Stream:
 
 
 class WandbMonitor(Monitor):
-    """Logs a run to Weights & Biases::
+    """Logs a run to Weights & Biases:
 
         run history                                   log_metrics, one row per step
         <run.dir>/traces/<kind>/<subset>/00000.jsonl  log_episodes (see monitors.traces)
 
-    ``start`` imports wandb and calls ``wandb.init`` in a worker thread (one run per monitor,
-    ``reinit="create_new"``), retrying transient failures (``CommError``, timeouts) up to
-    ``init_attempts`` times with jittered exponential backoff slept with ``anyio.sleep``.
-    ``mode`` defaults to ``$WANDB_MODE``, else "online".
+    The loop never waits on the SDK: wandb is imported and the run (one per monitor)
+    created in a worker thread, ``run.log`` is called in order by one worker, and each
+    trace chunk is saved with policy "now" once sealed (docs/design.md D13). Episodes are
+    written and counted in ``stats()`` as ``FileMonitor`` does; metrics steps are counted
+    in ``metrics_stats()`` (docs/design.md D8). ``start`` enters the monitor's task group
+    and ``finalize`` leaves it: call both from the same task (``async with`` does).
 
-    ``log_metrics`` drops non-finite values (naming them in a warning) and queues the step
-    for one worker that calls ``run.log(metrics, step=step)`` in a thread, in order, so
-    steps are never reordered and the loop never waits on the SDK (``run.log`` writes to
-    wandb-core's socket and can block when it is backed up). A full queue
-    (``metrics_queue`` steps) drops the step; ``metrics_stats()`` counts steps logged and
-    lost (``queue_full``, ``log_error``, ``cancelled``: still queued when ``finalize`` was
-    cancelled).
-
-    ``log_episodes`` writes exactly as ``FileMonitor`` does (same encoder, layout and
-    accounting in ``stats()``: delivered once written, lost as ``bad_record``,
-    ``encode_error``, ``write_error`` or ``cancelled``), into the run's files directory;
-    with ``mode="disabled"`` nothing is written and episodes count as lost (``disabled``).
-    Files reach W&B as they are sealed: when a stream rolls, its finished chunks are saved
-    with policy "now" (uploaded once, right away: a sealed chunk never changes), and
-    ``finalize`` closes every stream and saves the last chunks and the indexes with "now"
-    before ``run.finish()``. Policy "live" would re-upload a multi-GiB chunk every time it
-    grows; "end" would hold every upload back until the run ends.
-
-    ``finalize`` flushes the metrics queue, seals and saves the streams and finishes the
-    run (in a thread); it is idempotent. ``start`` enters the monitor's task group and
-    ``finalize`` leaves it: call both from the same task (``async with`` does).
+    :param project: The W&B project.
+    :param entity: The W&B team or user; None for the default one.
+    :param name: The run's display name.
+    :param group: The run group.
+    :param tags: The run's tags.
+    :param mode: ``"online"``, ``"offline"`` or ``"disabled"``; None for ``$WANDB_MODE``,
+        else ``"online"``. When disabled, episodes are not written and count as lost
+        (``disabled``).
+    :param dir: The directory W&B writes the run under (``wandb.init``'s ``dir``), created if
+        missing; None for W&B's default.
+    :param config: The run's config.
+    :param settings: ``wandb.Settings`` fields, over ``DEFAULT_SETTINGS``.
+    :param chunk_bytes: Most bytes in one chunk file before its stream rolls to the next.
+    :param option: orjson's ``OPT_*`` flags for every record (``OPT_INDENT_2`` is refused).
+    :param default: Called with each object orjson cannot write; returns one it can.
+    :param fsync: Flush chunks and indexes to the disk when they roll and at ``finalize``.
+    :param metrics_queue: Steps that may wait for ``run.log``; a step logged while they
+        all wait is dropped (``queue_full``).
+    :param init_attempts: ``wandb.init`` attempts on transient failures (``CommError``,
+        timeouts).
+    :param retry_base: Seconds before the second attempt; doubled after each (30 s at most),
+        then jittered.
+    :raises ValueError: ``metrics_queue`` or ``init_attempts`` is below 1, or ``option``
+        includes ``OPT_INDENT_2``.
     """
 
     def __init__(
@@ -149,12 +154,16 @@ class WandbMonitor(Monitor):
 
     async def start(self) -> None:
         """Import wandb and create the run (both in a worker thread), then start the
-        metrics worker. Raises ``MonitorError`` when wandb is missing or init fails."""
+        metrics worker.
+
+        :raises MonitorError: wandb is missing, refused the credentials, or init failed.
+        :raises RuntimeError: The monitor was started before.
+        """
         if self._started:
             raise RuntimeError("WandbMonitor is already started")
         self._started = True
         try:
-            # Importing wandb takes about a second: not on the loop.
+            # Importing wandb is slow: not on the loop (docs/design.md D13).
             wandb = await anyio.to_thread.run_sync(importlib.import_module, "wandb")
         except ImportError as exc:
             raise MonitorError(f"WandbMonitor needs the wandb package: {INSTALL_HINT}") from exc
@@ -214,7 +223,10 @@ class WandbMonitor(Monitor):
 
     async def finalize(self) -> None:
         """Log the queued steps, seal every stream and save its files, finish the run.
-        Idempotent."""
+        Idempotent.
+
+        :raises TraceWriteError: A stream's fsync failed (its files are saved all the same).
+        """
         if self._finalized:
             return
         self._finalized = True
@@ -255,11 +267,18 @@ class WandbMonitor(Monitor):
         return self._ledger.snapshot()
 
     def metrics_stats(self) -> DeliveryStats:
-        """Metrics steps (one per ``log_metrics`` call): submitted, logged, lost by reason."""
+        """Metrics steps (one per ``log_metrics`` call): submitted, logged, lost by reason
+        (``queue_full``, ``log_error``, or ``cancelled``: still queued when ``finalize`` was
+        cancelled)."""
         return self._metrics_ledger.snapshot()
 
     def stream_dir(self, kind: Kind, subset: Subset) -> Path:
-        """Where a (kind, subset) stream lives: ``<run.dir>/traces/<kind>/<subset>``."""
+        """Where a (kind, subset) stream lives: ``<run.dir>/traces/<kind>/<subset>``.
+
+        :param kind: ``"train"`` or ``"eval"``.
+        :param subset: ``"all"`` or ``"effective"``.
+        :raises RuntimeError: The monitor is not started, so the run has no directory.
+        """
         if self.run is None:
             raise RuntimeError("WandbMonitor is not started; the run has no directory yet")
         return Path(self.run.dir) / "traces" / kind / subset
@@ -273,7 +292,12 @@ class WandbMonitor(Monitor):
     # -- metrics ------------------------------------------------------------------------
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
-        """Queue one step's metrics (non-finite values dropped and named); returns at once."""
+        """Queue one step's metrics (non-finite values dropped and named); returns at once.
+
+        :param metrics: Metric names and their values.
+        :param step: The training step, as ``run.log`` takes it.
+        :raises RuntimeError: The monitor is not started, or finalized.
+        """
         self._check_open()
         assert self._metrics_send is not None
         ledger = self._metrics_ledger
@@ -346,7 +370,15 @@ class WandbMonitor(Monitor):
         subset: Subset = "effective",
     ) -> None:
         """Write the episodes to the (kind, subset) trace stream, in order, as
-        ``FileMonitor`` does; chunks sealed meanwhile are then handed to W&B."""
+        ``FileMonitor`` does; chunks sealed meanwhile are then handed to W&B.
+
+        :param episodes: Mappings, or objects with ``to_record()``.
+        :param step: The training step they belong to.
+        :param kind: ``"train"`` or ``"eval"``.
+        :param subset: ``"all"`` or ``"effective"``.
+        :raises TraceWriteError: The disk refused a write (what was lost is counted).
+        :raises RuntimeError: The monitor is not started, or finalized.
+        """
         self._check_open()
         check_kind(kind, subset)
         batch = list(episodes)

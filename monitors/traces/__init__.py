@@ -4,7 +4,8 @@
 DIR/00000.jsonl  DIR/00001.jsonl ...   one record per line, chunks of at most chunk_bytes
 DIR/index.jsonl                       a fixed-width row per record: chunk, offset, length, ...
 ```
-Run ``python -m monitors.traces cat|stat|verify DIR`` to look at one from a shell.
+Run ``python -m monitors.traces cat|stat|verify DIR`` to look at one from a shell. The layout
+and its guarantees are docs/design.md D9.
 """
 
 from ._layout import IndexRow

@@ -35,7 +35,16 @@ _CHUNK = re.compile(r"(\d{5,})\.jsonl\Z")
 
 @dataclass(frozen=True)
 class IndexRow:
-    """Where one record lives: chunk number, byte offset and length (newline included)."""
+    """Where one record lives: chunk number, byte offset and length (newline included).
+
+    :param chunk: The chunk file's number.
+    :param offset: The record's first byte in the chunk.
+    :param length: The record's bytes, its newline included.
+    :param step: The training step it was logged at, if given (None in a row rebuilt after a
+        crash, as are ``kind`` and ``subset``).
+    :param kind: Its kind (``"train"``, ``"eval"``), if given.
+    :param subset: Its subset (``"all"``, ``"effective"``), if given.
+    """
 
     chunk: int
     offset: int
@@ -46,6 +55,7 @@ class IndexRow:
 
     @property
     def end(self) -> int:
+        """The offset just past the record's newline."""
         return self.offset + self.length
 
 

@@ -152,12 +152,9 @@ def _parse_span(path: Path, span: LineSpan) -> Any:
     if span.data is not None:
         return orjson.loads(span.data)
     with open(path, "rb") as f:
-        # Not use_float: ijson's C backend then refuses integers past 2**63, which orjson
-        # writes; its Decimals become floats afterwards. yajl ignores an unterminated string
-        # at the end of its input (``2"x`` reads as 2), so the line is read followed by a
-        # second value, a number no file can know in advance, which must come out whole
-        # and last: anything left over on the line (garbage, a cut string, another value)
-        # changes what follows the first value.
+        # Not use_float (the C backend then refuses ints past 2**63): Decimals become floats
+        # after. A random sentinel follows the line and must parse whole and last, else the
+        # line is not exactly one value (yajl ignores a cut string at the end of its input).
         tail = b" %d" % _SENTINEL
         items = ijson.items(_Range(f, span.offset, span.length, tail), "", multiple_values=True)
         values = list(itertools.islice(items, 3))
@@ -176,6 +173,11 @@ class TraceReader(Iterator[Any]):
     not a record: it is counted in ``torn_tail_bytes`` and never returned. Any other line
     that is not one complete JSON value raises ``TraceFormatError`` naming the chunk and
     offset, or with ``on_error="skip"`` is skipped and counted in ``skipped``.
+
+    :param directory: The stream's directory.
+    :param on_error: ``"raise"`` or ``"skip"`` for a line that is not a record.
+    :param big_line: Lines longer than this many bytes are parsed from the file, not memory.
+    :raises ValueError: ``on_error`` is something else.
     """
 
     def __init__(
@@ -221,14 +223,26 @@ class TraceReader(Iterator[Any]):
 
 
 def read_records(directory: str | os.PathLike[str], *, on_error: OnError = "raise") -> TraceReader:
-    """Every record of the stream in ``directory``, in order, streamed (see ``TraceReader``)."""
+    """Every record of the stream in ``directory``, in order, streamed (see ``TraceReader``).
+
+    :param directory: The stream's directory.
+    :param on_error: ``"raise"`` ``TraceFormatError`` on a line that is not a record, or
+        ``"skip"`` it.
+    :returns: A ``TraceReader``: iterate it for the records.
+    """
     return TraceReader(directory, on_error=on_error)
 
 
 async def aread_records(
     directory: str | os.PathLike[str], *, on_error: OnError = "raise"
 ) -> AsyncIterator[Any]:
-    """``read_records`` with the reading and parsing done in a worker thread."""
+    """``read_records`` with the reading and parsing done in a worker thread.
+
+    :param directory: The stream's directory.
+    :param on_error: ``"raise"`` ``TraceFormatError`` on a line that is not a record, or
+        ``"skip"`` it.
+    :returns: An async iterator of the records.
+    """
     reader = TraceReader(directory, on_error=on_error)
     done = object()
     while True:
@@ -239,7 +253,13 @@ async def aread_records(
 
 
 def read_row(directory: str | os.PathLike[str], n: int) -> IndexRow:
-    """Index row ``n`` (negative counts from the end)."""
+    """Index row ``n`` (negative counts from the end).
+
+    :param directory: The stream's directory.
+    :param n: The record's number.
+    :returns: Where record ``n`` lives.
+    :raises IndexError: The stream holds no record ``n``.
+    """
     index = Path(directory) / INDEX_NAME
     rows = index.stat().st_size // ROW_BYTES
     at = n + rows if n < 0 else n
@@ -251,7 +271,14 @@ def read_row(directory: str | os.PathLike[str], n: int) -> IndexRow:
 
 
 def read_record(directory: str | os.PathLike[str], n: int) -> Any:
-    """Record ``n`` (negative counts from the end), found through the index."""
+    """Record ``n`` (negative counts from the end), found through the index.
+
+    :param directory: The stream's directory.
+    :param n: The record's number.
+    :returns: The record, parsed as ``orjson.loads`` parses it.
+    :raises IndexError: The stream holds no record ``n``.
+    :raises TraceFormatError: The bytes the index points at are not one complete record.
+    """
     row = read_row(directory, n)
     path = chunk_path(Path(directory), row.chunk)
     span = LineSpan(row.chunk, row.offset, row.length - 1, True, None)

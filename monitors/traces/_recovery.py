@@ -4,7 +4,8 @@ A process killed while writing leaves at most: a torn last line in the last chun
 last index row, index rows for data that never reached the disk, and complete records whose
 index rows were never written. A machine that went down (power, kernel) can also leave a
 torn last line in an earlier chunk, one that rolled while its fsync was still running. Torn
-bytes are cut off; rows pointing at them are dropped; missing rows are rebuilt from the data.
+bytes are cut off; rows pointing at them are dropped; missing rows are rebuilt from the data
+(docs/design.md D9).
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ _BLOCK = 1 << 20
 
 @dataclass(frozen=True)
 class Recovery:
-    """What reopening a stream found and mended."""
+    """What reopening a stream found and mended (``TraceWriter.recovery``).
+
+    :param chunk: The chunk appends continue in.
+    :param chunk_size: Its size in bytes.
+    :param records: Index rows after recovery.
+    :param torn_bytes: Bytes of torn last lines cut from the chunks.
+    :param torn_row_bytes: Bytes of a torn last index row cut.
+    :param dropped_rows: Index rows dropped because they pointed past the data.
+    :param rebuilt_rows: Index rows rebuilt for complete records that had none.
+    """
 
     chunk: int  # the chunk appends continue in
     chunk_size: int  # its size in bytes
@@ -42,6 +52,7 @@ class Recovery:
 
     @property
     def mended(self) -> bool:
+        """Whether anything was cut, dropped or rebuilt."""
         return bool(
             self.torn_bytes or self.torn_row_bytes or self.dropped_rows or self.rebuilt_rows
         )

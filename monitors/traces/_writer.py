@@ -26,6 +26,7 @@ __all__ = ["DEFAULT_CHUNK_BYTES", "TraceWriter"]
 log = logging.getLogger("monitors.traces")
 
 DEFAULT_CHUNK_BYTES = 5 * 2**30
+"""Most bytes in one chunk file (5 GiB, as prime-rl's streams) before the stream rolls."""
 #: Encoded bytes handed to the worker thread at once, and how many such batches may wait.
 _BATCH_BYTES = 1 << 20
 _BATCHES_IN_FLIGHT = 2
@@ -72,10 +73,18 @@ class TraceWriter:
     worker thread writes the previous batch, so at most ~3 MiB are in flight. The stream
     rolls to a new chunk before a line would pass ``chunk_bytes`` (a line is never split; a
     larger one gets a chunk of its own). A chunk that rolls is fsynced in a thread of its
-    own while appends go on in the next one (flushing gigabytes of dirty pages can take
-    seconds on a slow disk, and an append must not wait for it); ``close`` waits for that
+    own, so appends to the next one never wait for the disk; ``close`` waits for that
     fsync, fsyncs the rest, and raises ``TraceWriteError`` if any fsync failed.
-    Reopening a stream after a crash first mends it (see ``Recovery``).
+    Reopening a stream after a crash first mends it (see ``Recovery``; docs/design.md D9).
+
+    :param directory: The stream's directory, created if missing.
+    :param chunk_bytes: Most bytes in one chunk file before the stream rolls to the next.
+    :param option: orjson's ``OPT_*`` flags for every record (``OPT_INDENT_2`` is refused).
+    :param default: Called with each object orjson cannot write; returns one it can.
+    :param budget: Seconds of encoding between two turns given to the event loop.
+    :param fsync: Flush chunks and the index to the disk when a chunk rolls and at ``close``.
+    :raises ValueError: ``chunk_bytes`` is not positive, or ``option`` includes
+        ``OPT_INDENT_2``.
     """
 
     def __init__(
@@ -111,7 +120,13 @@ class TraceWriter:
     # -- opening and closing ------------------------------------------------------------
 
     async def open(self) -> Recovery:
-        """Create or reopen the stream (mending a crash's leftovers); idempotent."""
+        """Create or reopen the stream (mending a crash's leftovers); idempotent.
+
+        ``append`` opens it too; ``async with`` opens and closes it.
+
+        :returns: What reopening found and mended.
+        :raises TraceWriteError: The stream is closed, or its files cannot be opened.
+        """
         async with self._lock:
             return await self._open()
 
@@ -138,8 +153,11 @@ class TraceWriter:
 
     async def close(self) -> None:
         """Wait for a rolled chunk's fsync, fsync and close the files; idempotent.
-        Appending afterwards is an error. Raises ``TraceWriteError`` when any fsync since the
-        stream was opened failed (the records were written, but may not be on the disk)."""
+        Appending afterwards is an error.
+
+        :raises TraceWriteError: An fsync since the stream was opened failed (the records
+            were written, but may not be on the disk).
+        """
         async with self._lock:
             self._closed = True
             with anyio.CancelScope(shield=True):
@@ -196,9 +214,16 @@ class TraceWriter:
     ) -> IndexRow:
         """Write ``value`` as one JSON line and its index row; return the row.
 
-        Raises ``encoder.EncodeError`` for a value that cannot be encoded and
-        ``TraceWriteError`` when the disk refuses; either way the partial line is removed,
-        so the stream stays readable up to its last complete record.
+        On either error below the partial line is removed, so the stream stays readable up
+        to its last complete record.
+
+        :param value: The record.
+        :param step: The training step, kept in the index row.
+        :param kind: The record's kind, kept in the index row.
+        :param subset: The record's subset, kept in the index row.
+        :returns: Where the record was written.
+        :raises encoder.EncodeError: The value cannot be encoded.
+        :raises TraceWriteError: The disk refused, or the stream is closed.
         """
         async with self._lock:
             await self._open()
