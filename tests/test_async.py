@@ -304,7 +304,7 @@ def _lag_document() -> dict[str, Any]:
 def test_loop_lag_stays_small_under_asyncio() -> None:
     """While aiterencode runs at the default budget, another task never waits 50 ms.
 
-    A loose regression bound (the target in DESIGN is ~3 ms max); the gaps are measured by a
+    A loose regression bound (the target is ~3 ms max); the gaps are measured by a
     task that loops on ``asyncio.sleep(0)``, with the garbage collector on. A gap counts by
     the lesser of its wall time and the thread's CPU time in it: a step of the encoder takes
     both, a shared host that stops the machine for a while (seen for up to 1.5 s) only the
