@@ -539,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warm_up()
     _log(t0, "idle loop lag (start)")
     idle_samples = asyncio.run(idle_lag(cfg.idle_seconds))
-    _log(t0, "building documents (first builds calibrate episode sizes)")
+    _log(t0, "building documents (the first builds make the episode bodies)")
     docs = documents(cfg.mix_episodes)
     results = []
     for doc in docs:

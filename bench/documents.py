@@ -1,7 +1,8 @@
 """The documents the benchmark encodes, each part rebuilt fresh on demand from a short spec.
 
-A spec is ``episode:<bytes>:<seed>`` (``make_episode``) or ``corpus:<name>`` (a file of
-``../shared/corpus`` re-parsed with ``orjson.loads``), so a subprocess can rebuild the same part.
+A spec is ``episode:<bytes>:<index>`` (a fresh copy of that episode of the benchmarks' one
+``EpisodeMaker``) or ``corpus:<name>`` (a file of ``tests/corpus`` re-parsed with
+``orjson.loads``), so a subprocess can rebuild the same part.
 """
 
 from __future__ import annotations
@@ -14,16 +15,41 @@ from typing import Any
 
 import orjson
 
-from .episodes import make_episode, sample_sizes
+from monitors.testing.episodes import EpisodeMaker, lognormal_sizes
 
-__all__ = ["CORPUS", "CORPUS_FILES", "MB", "Document", "Part", "documents"]
+__all__ = [
+    "CORPUS",
+    "CORPUS_FILES",
+    "MB",
+    "Document",
+    "Part",
+    "documents",
+    "episode_maker",
+    "fresh_episode",
+]
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 CORPUS_FILES = ("twitter", "citm_catalog", "canada", "github")
 MB = 1_000_000
 EPISODE_SEED = 1
 MIX_SEED = 0
-MIX_EPISODE_SEED = 1000
+MIX_INDEX = 1000  # the mix's episodes are numbered from here
+
+
+@cache
+def episode_maker() -> EpisodeMaker:
+    """The benchmarks' episode maker, one per process: its bodies are built once and kept."""
+    return EpisodeMaker(seed=EPISODE_SEED)
+
+
+def fresh_episode(target_bytes: int, *, index: int) -> dict[str, Any]:
+    """A fresh copy of episode ``index`` of about ``target_bytes`` of JSON: it shares no str,
+    list or dict with anything encoded before (orjson caches UTF-8 inside non-ASCII strs).
+
+    :param target_bytes: the episode's size.
+    :param index: its number (its ids and content derive from it).
+    """
+    return episode_maker().episode(target_bytes, index=index).to_record(fresh=True)
 
 
 @cache
@@ -40,8 +66,8 @@ class Part:
         """A fresh copy: a newly built episode, or a newly parsed corpus file."""
         kind, _, rest = self.spec.partition(":")
         if kind == "episode":
-            size, seed = rest.split(":")
-            return make_episode(int(size), seed=int(seed))
+            size, index = rest.split(":")
+            return fresh_episode(int(size), index=int(index))
         if kind == "corpus":
             return orjson.loads(_corpus_bytes(rest))
         raise ValueError(f"unknown document spec {self.spec!r}")
@@ -68,11 +94,11 @@ class Document:
 def documents(mix_episodes: int) -> list[Document]:
     """Episodes of 1, 6.4 and 60 MB, a production mix, and the four corpus files (measured)."""
     docs = [
-        Document(f"episode {label} MB", "episode", [Part(f"episode:{size}:{EPISODE_SEED}")])
+        Document(f"episode {label} MB", "episode", [Part(f"episode:{size}:0")])
         for label, size in (("1", 1 * MB), ("6.4", 6_400_000), ("60", 60 * MB))
     ]
-    sizes = sample_sizes(mix_episodes, seed=MIX_SEED)
-    parts = [Part(f"episode:{size}:{MIX_EPISODE_SEED + i}") for i, size in enumerate(sizes)]
+    sizes = lognormal_sizes(mix_episodes, seed=MIX_SEED)
+    parts = [Part(f"episode:{size}:{MIX_INDEX + i}") for i, size in enumerate(sizes)]
     docs.append(Document(f"production mix ({len(parts)} eps)", "mix", parts))
     docs.extend(
         Document(f"{name}.json", "corpus", [Part(f"corpus:{name}")]) for name in CORPUS_FILES

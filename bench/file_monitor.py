@@ -26,17 +26,15 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from monitors import FileMonitor, LagStats, LoopLagProbe, WandbMonitor
+from monitors import FileMonitor, LagStats, LoopLagProbe, Monitor, WandbMonitor
 from monitors.testing import wandb_offline_env
+from monitors.testing.episodes import lognormal_sizes
 
-from .episodes import make_episode, sample_sizes
+from .baselines import OrjsonFileBaseline
+from .documents import episode_maker, fresh_episode
 
 MB = 1_000_000
 
@@ -55,40 +53,32 @@ class Run:
         return self.nbytes / MB / self.seconds
 
 
-async def _drive(
-    name: str,
-    sizes: list[int],
-    log: Callable[[dict[str, Any]], Awaitable[None]],
-) -> Run:
+async def _drive(name: str, monitor: Monitor, sizes: list[int]) -> Run:
+    """Log a fresh episode of each size, one ``log_episodes`` call each, timing the calls
+    and probing the loop while they run (not while the next episode is built)."""
     nbytes = 0
     busy = 0.0
     slowest = 0.0
-    async with LoopLagProbe() as probe:
+    async with monitor, LoopLagProbe() as probe:
         for i, size in enumerate(sizes):
             probe.pause()
-            episode = make_episode(size, seed=i)
+            episode = fresh_episode(size, index=i)
             gc.collect()
             probe.resume()
             await asyncio.sleep(0.002)  # let the probe take a sample between episodes
             t0 = time.perf_counter()
-            await log(episode)
+            await monitor.log_episodes([episode], step=0, subset="all")
             spent = time.perf_counter() - t0
             busy += spent
             slowest = max(slowest, spent)
             nbytes += size
             del episode
+    assert monitor.stats().delivered == len(sizes), monitor.stats()
     return Run(name, len(sizes), nbytes, busy, slowest, probe.stats())
 
 
 async def run_ours(sizes: list[int], root: Path) -> Run:
-    async with FileMonitor(root / "ours") as monitor:
-
-        async def log(episode: dict[str, Any]) -> None:
-            await monitor.log_episodes([episode], step=0, subset="all")
-
-        run = await _drive("FileMonitor", sizes, log)
-    assert monitor.stats().delivered == len(sizes), monitor.stats()
-    return run
+    return await _drive("FileMonitor", FileMonitor(root / "ours"), sizes)
 
 
 async def run_wandb(sizes: list[int], root: Path) -> Run:
@@ -96,27 +86,11 @@ async def run_wandb(sizes: list[int], root: Path) -> Run:
     for name, value in wandb_offline_env(root / "wandb-home").items():
         os.environ.setdefault(name, value)
     monitor = WandbMonitor(project="nodewise-bench", mode="offline", dir=root / "wandb")
-    async with monitor:
-
-        async def log(episode: dict[str, Any]) -> None:
-            await monitor.log_episodes([episode], step=0, subset="all")
-
-        run = await _drive("WandbMonitor (offline)", sizes, log)
-    assert monitor.stats().delivered == len(sizes), monitor.stats()
-    return run
+    return await _drive("WandbMonitor (offline)", monitor, sizes)
 
 
 async def run_baseline(sizes: list[int], root: Path) -> Run:
-    path = root / "baseline.jsonl"
-    with open(path, "ab") as f:
-
-        def write(episode: dict[str, Any]) -> None:
-            f.write(orjson.dumps(episode, option=orjson.OPT_APPEND_NEWLINE))
-
-        async def log(episode: dict[str, Any]) -> None:
-            await asyncio.to_thread(write, episode)
-
-        return await _drive("orjson + write in to_thread", sizes, log)
+    return await _drive("orjson + write in to_thread", OrjsonFileBaseline(root / "baseline"), sizes)
 
 
 def table(runs: list[Run], base: Run) -> str:
@@ -137,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="20 episodes")
     args = parser.parse_args(argv)
     n = 20 if args.quick else args.episodes
-    sizes = sample_sizes(n, seed=0)
-    for i, size in enumerate(sizes):  # calibrate the generator outside the measurement
-        make_episode(size, seed=i)
+    sizes = lognormal_sizes(n, seed=0)
+    for i, size in enumerate(sizes):  # build the episodes' bodies outside the measurement
+        episode_maker().episode(size, index=i)
     root = Path(tempfile.mkdtemp(prefix="nodewise-bench-"))
     try:
         ours = asyncio.run(run_ours(sizes, root))
@@ -160,10 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "every 1 ms, sampled only while episodes are logged (not while the next one is built)."
     )
     met = ours.mbps >= 0.8 * base.mbps and ours.lag.p99 <= 5
-    print(
-        f"target (>= 0.8x baseline throughput, lag p99 <= 5 ms): "
-        f"{'met' if met else 'NOT met'}"
-    )
+    print(f"target (>= 0.8x baseline throughput, lag p99 <= 5 ms): {'met' if met else 'NOT met'}")
     return 0
 
 

@@ -120,7 +120,7 @@ def _child(spec: str, method: str) -> dict[str, float | None]:
             pass
 
     asyncio.run(warm())
-    part.build()  # episodes calibrate their size on the first build
+    part.build()  # the first build makes the episode bodies
     result: dict[str, float | None] = {}
     try:
         result["rss_mib"] = _run(method, part.build(), _Rss())

@@ -16,7 +16,7 @@ subset="all")`` call per episode, with (a) no added network time and (b) 100 ms 
 
 Every configuration runs in a fresh subprocess (``--one CONFIG``), so each peak RSS
 (``ru_maxrss``, a process's high-water mark) is that configuration's own. Each episode is built
-fresh right before it is logged (sizes calibrated before the measurement) while the probe is
+fresh right before it is logged (the bodies built before the measurement) while the probe is
 paused. Both sides keep at most ``AHEAD`` episodes waiting: the baseline's queue holds that
 many (its ``log`` blocks beyond), and for ours the driver waits, outside ``log``, while that
 many are queued, as a trainer busy elsewhere would; without it the driver would just pile up
@@ -63,12 +63,13 @@ from isal import isal_zlib
 import encoder
 from monitors import LoopLagProbe, Monitor
 from monitors.loadtest._measure import lower_priority, process_cpu
-from monitors.prime import PrimeMonitor, _gzip
+from monitors.prime import TRACES_PATH, PrimeMonitor, _gzip
 from monitors.prime._body import frame, new_boundary
 from monitors.testing import TracesServer
+from monitors.testing.episodes import MEDIAN_BYTES, lognormal_sizes
 
 from .baselines import SdkLikeUploader
-from .episodes import MEDIAN_BYTES, make_episode, sample_sizes
+from .documents import episode_maker, fresh_episode
 from .lag import LagStats, measure_idle_lag
 
 MB = 1_000_000
@@ -77,8 +78,6 @@ KEY = "bench-key"
 #: Episodes that may wait in either uploader's queue before the driver (ours) or the
 #: ``log`` call (baseline) waits.
 AHEAD = 2
-#: Seeds cycle through this many text pools (``make_episode`` keeps 4; a new pool costs ~0.2 s).
-SEEDS = 4
 DRAIN_TIMEOUT = 600.0
 BATCH_BYTES = 30 * MIB
 NETWORKS: dict[str, dict[str, float]] = {
@@ -98,7 +97,7 @@ class Result:
     episodes: int
     nbytes: int
     seconds: float  # wall clock minus episode building
-    wall: float  # the whole child, calibration and server start included
+    wall: float  # the whole child, building the bodies and starting the server included
     slowest_log: float
     drain: float
     lag_p99: float
@@ -189,7 +188,7 @@ async def _measure(config: str, sizes: list[int], server_nice: int) -> Result:
                 await _wait_room(sink)
                 probe.pause()
                 t0, c0 = time.perf_counter(), time.process_time()
-                episode = make_episode(size, seed=i % SEEDS)
+                episode = fresh_episode(size, index=i)
                 gc.collect()
                 building += time.perf_counter() - t0
                 building_cpu += time.process_time() - c0
@@ -237,9 +236,9 @@ async def _measure(config: str, sizes: list[int], server_nice: int) -> Result:
 
 def run_one(config: str, n: int, server_nice: int) -> Result:
     t0 = time.perf_counter()
-    sizes = sample_sizes(n, seed=0)
-    for i, size in enumerate(sizes):  # calibrate the generator outside the measurement
-        make_episode(size, seed=i % SEEDS)
+    sizes = lognormal_sizes(n, seed=0)
+    for i, size in enumerate(sizes):  # build the bodies outside the measurement
+        episode_maker().episode(size, index=i)
     gc.collect()
     result = asyncio.run(_measure(config, sizes, server_nice))
     result.rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
@@ -357,9 +356,7 @@ def _transport(data: bytes, rounds: int, server_nice: int) -> tuple[dict[str, fl
                 posts = rounds * in_flight
                 cpu0 = process_cpu(server.pid)
                 seconds, ok = asyncio.run(
-                    _post_again_and_again(
-                        server.url + "/api/v1/traces", body, key, in_flight, posts
-                    )
+                    _post_again_and_again(server.url + TRACES_PATH, body, key, in_flight, posts)
                 )
                 cpu1 = process_cpu(server.pid)
                 if ok != posts:
@@ -371,7 +368,7 @@ def _transport(data: bytes, rounds: int, server_nice: int) -> tuple[dict[str, fl
 
 
 def ceilings(*, rounds: int, server_nice: int) -> Ceilings:
-    episode = make_episode(MEDIAN_BYTES, seed=SEEDS)  # a seed no configuration uses
+    episode = fresh_episode(MEDIAN_BYTES, index=0)
     seconds, data = asyncio.run(_aiterencode_seconds(episode))
     del episode
     gzip = {
@@ -480,7 +477,7 @@ def report(results: list[Result], cpu: Ceilings, n: int, server_nice: int) -> No
         f"of JSON: {transport}{server_cpu}. The idle loop's own lag (2 s, no server): "
         f"p99 {cpu.idle.p99:.2f} ms, max {cpu.idle.max:.2f} ms."
     )
-    big = sum(size > BATCH_BYTES for size in sample_sizes(n, seed=0))
+    big = sum(size > BATCH_BYTES for size in lognormal_sizes(n, seed=0))
     if big and any(r.lost.get("rejected") for r in results):
         print(
             f"{big} of the {n} episodes are over 30 MiB of JSON by themselves (each goes alone "

@@ -31,8 +31,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: find encoder, mo
     sys.path.insert(0, str(ROOT))
 
 import encoder  # noqa: E402
-from bench.episodes import make_episode  # noqa: E402
 from monitors import LoopLagProbe  # noqa: E402
+from monitors.testing.episodes import Episode, EpisodeMaker  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "data" / "lag_trace.json"
 GAP = 0.25  # seconds of idle loop before, between and after the three ways
@@ -58,9 +58,8 @@ WAYS: list[tuple[str, Callable[[Any], Awaitable[None]]]] = [
 ]
 
 
-async def record(target_bytes: int) -> dict[str, Any]:
-    copies = [make_episode(target_bytes, seed=0) for _ in WAYS]
-    size = len(orjson.dumps(make_episode(target_bytes, seed=0)))
+async def record(episode: Episode) -> dict[str, Any]:
+    copies = [episode.to_record(fresh=True) for _ in WAYS]
     gc.collect()
     phases = []
     async with LoopLagProbe() as probe:
@@ -76,7 +75,7 @@ async def record(target_bytes: int) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "orjson": orjson.__version__,
-        "episode_bytes": size,
+        "episode_bytes": episode.size,
         "default_budget_s": encoder.DEFAULT_BUDGET,
         "phases": phases,
         "samples": [
@@ -92,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", type=int, default=60_000_000, help="episode size")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    make_episode(args.bytes, seed=0)  # calibrate sizes outside the measurement
-    trace = asyncio.run(record(args.bytes))
+    episode = EpisodeMaker(seed=0).episode(args.bytes, index=0)  # builds the bodies
+    trace = asyncio.run(record(episode))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(trace) + "\n")
     for phase in trace["phases"]:

@@ -11,15 +11,16 @@ import orjson
 import pytest
 from witness import lag_within, own_ms, witnesses
 
-from bench.episodes import make_episode
 from monitors import FileMonitor, LoopLagProbe
+from monitors.testing.episodes import EpisodeMaker
 from monitors.traces import read_records
 from monitors.traces._layout import list_chunks
 
 EPISODES = 200
-#: Distinct (size, seed) pairs: make_episode builds a fresh copy on every call, but calibrates
-#: once per pair (and keeps text pools for a few seeds), so a few pairs keep building cheap.
-SPECS = [(random.Random(i).randint(1_000_000, 3_000_000), i % 4) for i in range(10)]
+#: Ten (size, index) pairs, each logged again and again as a fresh copy; the maker builds the
+#: bodies they share once.
+SPECS = [(random.Random(i).randint(1_000_000, 3_000_000), i) for i in range(10)]
+MAKER = EpisodeMaker(seed=0)
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ async def test_file_monitor_under_load(tmp_path: Path) -> None:
                 spec = SPECS[i % len(SPECS)]
                 # A fresh episode per call (new str objects, nothing cached by an earlier
                 # encoding); built on the loop, outside the measured windows.
-                episode = make_episode(spec[0], seed=spec[1])
+                episode = MAKER.episode(spec[0], index=spec[1]).to_record(fresh=True)
                 started = time.perf_counter()
                 await monitor.log_episodes([episode], step=i, subset="all")
                 ended = time.perf_counter()

@@ -34,8 +34,8 @@ import wandb
 from wandb.proto import wandb_internal_pb2 as pb
 from witness import lag_within, own_ms, witnesses
 
-from bench.episodes import make_episode
 from monitors import DeliveryStats, LoopLagProbe, MonitorError, WandbMonitor
+from monitors.testing.episodes import EpisodeMaker
 from monitors.traces import read_records
 from monitors.traces._layout import list_chunks
 
@@ -151,8 +151,9 @@ def offline_run(monitor: WandbMonitor, *, timeout: float = 30.0) -> tuple[Path, 
 # -- the whole run ------------------------------------------------------------------------
 
 EPISODES = 100
-#: A few (size, seed) pairs: each call builds a fresh episode, calibrated once per pair.
-SPECS = [(random.Random(i).randint(500_000, 2_000_000), i % 4) for i in range(6)]
+#: A few (size, index) pairs, each logged as a fresh copy of the maker's episode.
+SPECS = [(random.Random(i).randint(500_000, 2_000_000), i) for i in range(6)]
+MAKER = EpisodeMaker(seed=0)
 
 
 def step_metrics(step: int) -> dict[str, Any]:
@@ -185,7 +186,8 @@ async def test_offline_run_holds_every_step_and_every_episode(
             assert monitor.mode == "offline"
             for i in range(EPISODES):
                 spec = SPECS[i % len(SPECS)]
-                episode = make_episode(spec[0], seed=spec[1])  # built on the loop, outside windows
+                # A fresh copy, built on the loop, outside the windows.
+                episode = MAKER.episode(spec[0], index=spec[1]).to_record(fresh=True)
                 started = time.perf_counter()
                 await monitor.log_metrics(step_metrics(i), step=i)
                 await monitor.log_episodes([episode], step=i, subset="all")

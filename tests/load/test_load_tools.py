@@ -75,23 +75,23 @@ def test_episodes_have_the_verifiers_shape_and_share_their_bodies() -> None:
     record = a.to_record()
     assert record["id"] == a.id
     traces = record["traces"]
-    assert traces
-    assert all(t is maker.body(i) for t, i in zip(traces, a.bodies, strict=True))
-    roles = {node["role"] for trace in traces for node in trace["nodes"]}
+    assert [t["id"] for t in traces] == list(a.trace_ids)
+    assert all(t["nodes"] is maker.body(i)["nodes"] for t, i in zip(traces, a.bodies, strict=True))
+    roles = {node["message"]["role"] for trace in traces for node in trace["nodes"]}
     assert roles == {"system", "user", "assistant", "tool"}
-    node = next(
-        n for t in traces for n in t["nodes"] if n["role"] == "assistant" and n["tool_calls"]
-    )
-    assert isinstance(json.loads(node["tool_calls"][0]["function"]["arguments"]), dict)
-    assert node["reasoning"]
-    assert len(node["token_ids"]) == len(node["mask"]) == len(node["logprobs"]) > 0
-    assert set(node["mask"]) == {1}
-    # Shared: the same body is the same object in both episodes' records.
+    node = next(n for t in traces for n in t["nodes"] if n["message"].get("tool_calls"))
+    assert isinstance(json.loads(node["message"]["tool_calls"][0]["arguments"]), dict)
+    assert node["message"]["reasoning_content"]
+    assert len(node["token_ids"]) == len(node["mask"]) == len(node["is_content"]) > 0
+    assert len(node["logprobs"]) == len(node["advantages"]) == sum(node["mask"]) > 0
+    # Shared: the same body's lists are the same objects in both episodes' records, while
+    # each trace dict, and its id, is the episode's own.
     shared = set(a.bodies) & set(b.bodies)
     for i in shared:
-        assert (
-            a.to_record()["traces"][a.bodies.index(i)] is b.to_record()["traces"][b.bodies.index(i)]
-        )
+        ta = a.to_record()["traces"][a.bodies.index(i)]
+        tb = b.to_record()["traces"][b.bodies.index(i)]
+        assert ta["nodes"] is tb["nodes"]
+        assert ta["id"] != tb["id"]
     assert len(maker.targets) == BODIES
 
 
