@@ -101,8 +101,8 @@ class OrjsonFileBaseline(Monitor):
 class SdkLikeUploader(Monitor):
     """An uploader shaped like the prime-traces SDK: ``log_episodes`` awaits a put on a
     bounded queue (``queue_records``; after ``put_timeout`` s, None for never, the episode is
-    dropped, counted ``queue_full``), one task encodes (``orjson.dumps`` in a thread), batches (closed before
-    ``batch_bytes``, or after ``linger`` s without a new episode), gzips at ``gzip_level``
+    dropped, counted ``queue_full``), one task encodes (``orjson.dumps`` in a thread),
+    batches (closed before ``batch_bytes``, or after ``linger`` s without a new episode), gzips at ``gzip_level``
     with the SHA-256 key in a thread, and posts one batch at a time, retrying 429/5xx and
     transport errors up to 5 attempts. ``finalize`` waits ``drain_timeout`` s for the queue
     to empty; what is left is lost (``drain_timeout``)."""

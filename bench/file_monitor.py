@@ -94,7 +94,10 @@ async def run_baseline(sizes: list[int], root: Path) -> Run:
 
 
 def table(runs: list[Run], base: Run) -> str:
-    head = "| monitor | episodes | MB | MB/s | vs baseline | slowest log (ms) | lag p50 | lag p99 | lag max |"
+    head = (
+        "| monitor | episodes | MB | MB/s | vs baseline | slowest log (ms) | lag p50 | lag p99 "
+        "| lag max |"
+    )
     rule = "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     rows = [
         f"| {r.name} | {r.episodes} | {r.nbytes / MB:.0f} | {r.mbps:.0f} | "

@@ -8,11 +8,12 @@ subset="all")`` call per episode, with (a) no added network time and (b) 100 ms 
 100 MB/s bandwidth per request, while a probe samples the event loop every 1 ms:
 
 - ours: ``PrimeMonitor`` at 1, 4 and 8 requests in flight (``--quick``: 1 and 8);
-- baseline (under (b) only: it is bound by gzip level 9, not the network), shaped like the prime-traces SDK we improve on: ``await queue.put`` on a bounded
-  ``asyncio.Queue`` (a full queue blocks the caller), an uploader task that encodes each
-  episode with ``orjson.dumps`` in ``asyncio.to_thread`` (orjson holds the GIL, so the loop
-  stalls meanwhile), batches up to 30 MiB, gzips at level 9 in a thread and posts one request
-  at a time (the same multipart body and headers, so the server accepts it).
+- baseline (under (b) only: it is bound by gzip level 9, not the network), shaped like the
+  prime-traces SDK we improve on (``bench.baselines.SdkLikeUploader``): ``await queue.put``
+  on a bounded ``asyncio.Queue`` (a full queue blocks the caller), an uploader task that
+  encodes each episode with ``orjson.dumps`` in ``asyncio.to_thread`` (orjson holds the GIL,
+  so the loop stalls meanwhile), batches up to 30 MiB, gzips at level 9 in a thread and posts
+  one request at a time (the same multipart body and headers, so the server accepts it).
 
 Every configuration runs in a fresh subprocess (``--one CONFIG``), so each peak RSS
 (``ru_maxrss``, a process's high-water mark) is that configuration's own. Each episode is built

@@ -8,12 +8,14 @@
    one request in flight). The SDK-like uploader compresses ~12 MB/s here: this part alone
    takes about half an hour.
 2. 10,000 episodes of 2.2 MB (~22 GB, each logged once, with subset "all":
-   ``--no-effective``) through the Prime monitor with no network time at 8 in flight, and with 100 ms + 100 MB/s per request at 1, 4 and 8 in
-   flight (the TracesServer injects both on every request).
+   ``--no-effective``) through the Prime monitor with no network time at 8 in flight, and
+   with 100 ms + 100 MB/s per request at 1, 4 and 8 in flight (the TracesServer injects
+   both on every request).
 
 Each configuration runs in its own process (``python -m bench.loadtest --json``), so its
-peak RSS is its own. Then the tables, the targets, and what limits throughput: encode, gzip or the network, from the stages measured alone on one core.
-Results also go to ``bench/results/loadtest.json``.
+peak RSS is its own. Then the tables, the targets, and what limits throughput: encode, gzip
+or the network, from the stages measured alone on one core. Results also go to
+``bench/results/production.json``.
 """
 
 from __future__ import annotations

@@ -94,6 +94,11 @@ class LoopLagProbe:
         """The samples so far, summarised."""
         return LagStats.of(self.samples)
 
+    @property
+    def cpu_runs(self) -> list[float]:
+        """``running``, by the name it had before 0.1.0."""
+        return self.running
+
     async def __aenter__(self) -> LoopLagProbe:
         self._group = anyio.create_task_group()
         await self._group.__aenter__()

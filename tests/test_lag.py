@@ -119,3 +119,4 @@ async def test_a_pause_keeps_what_happens_meanwhile_out_of_the_samples() -> None
     assert probe.samples
     assert max(probe.samples) < 40, probe.samples
     assert len(probe.samples) == len(probe.times) == len(probe.running)
+    assert probe.cpu_runs is probe.running  # its name before 0.1.0

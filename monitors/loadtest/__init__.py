@@ -14,7 +14,7 @@ without stalling its event loop, and every record is accounted for. From Python:
 """
 
 from ._config import MONITORS, LoadtestConfig, MonitorName
-from ._report import plot, summary, table, text
+from ._report import plot, summary, table, targets, text, to_json
 from ._run import (
     RUNS,
     Instrument,
@@ -42,5 +42,7 @@ __all__ = [
     "run_loadtest",
     "summary",
     "table",
+    "targets",
     "text",
+    "to_json",
 ]

@@ -37,9 +37,10 @@ class LoadtestConfig:
     Episodes arrive in steps of ``step_size``: one ``log_episodes([episode], subset="all")``
     call per episode as it arrives, then (``effective``) the step's whole batch once with
     ``subset="effective"``, as an orchestrator logs them, so every monitor gets
-    ``2 * episodes`` records (``episodes`` without ``effective``). Before each call the driver waits while more than ``ahead``
-    records are still pending in the monitor (``stats().pending``), as a trainer that goes on
-    only so far ahead of its uploads would (0: never wait; the queue and the drain decide).
+    ``2 * episodes`` records (``episodes`` without ``effective``). Before each call the
+    driver waits while more than ``ahead`` records are still pending in the monitor
+    (``stats().pending``), as a trainer that goes on only so far ahead of its uploads would
+    (0: never wait; the queue and the drain decide).
     """
 
     monitors: tuple[MonitorName, ...] = MONITORS

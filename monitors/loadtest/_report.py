@@ -18,7 +18,9 @@ __all__ = [
     "plot",
     "summary",
     "table",
+    "targets",
     "text",
+    "to_json",
 ]
 
 MIB = 2**20
@@ -235,6 +237,17 @@ def text(report: LoadtestReport, *, verbose: bool = False, more: Sequence[str] =
         out += [*details(report), *more, ""]
     out += summary(report)
     return "\n".join(out)
+
+
+#: The name ``summary`` had before 0.1.0.
+targets = summary
+
+
+def to_json(report: LoadtestReport) -> dict[str, Any]:
+    """The report as JSON-ready values, with the summary's lines."""
+    data = report.to_dict()
+    data["summary"] = summary(report)
+    return data
 
 
 def check_plotting() -> None:

@@ -148,8 +148,10 @@ class RunResult:
     slowest_log_subset: str = ""
     #: ms the loop's thread spent on its CPU clock during the slowest log call.
     slowest_log_running: float | None = None
-    #: Every log call: when it began (``time.perf_counter()``) and how long it took.
+    #: Every log call: when it began (``time.perf_counter()``) and how long it took, and
+    #: the JSON bytes of the episodes it was given.
     log_spans: list[tuple[float, float]] = field(default_factory=list, repr=False)
+    log_bytes: list[int] = field(default_factory=list, repr=False)
     #: Lag from the first log call to the end of finalize; ``start_lag_max`` during start.
     lag: LagStats = field(default_factory=lambda: LagStats.of([]))
     start_lag_max: float = 0.0
@@ -476,9 +478,11 @@ class _Driver:
         await self.monitor.log_episodes(batch, step=step, subset=subset)
         spent = time.perf_counter() - t0
         cpu = time.thread_time_ns() - cpu
+        size = sum(e.size for e in batch)
         result.log_calls += 1
         result.log_spans.append((t0, spent))
-        self.submitted_bytes += sum(e.size for e in batch)
+        result.log_bytes.append(size)
+        self.submitted_bytes += size
         if spent > result.slowest_log:
             result.slowest_log = spent
             result.slowest_log_subset = f"{subset} ({len(batch)} episode(s))"

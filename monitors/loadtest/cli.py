@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from ._config import MONITORS, LoadtestConfig, MonitorName
-from ._report import check_plotting, plot, summary, text
+from ._report import check_plotting, plot, text, to_json
 from ._run import Instrument, LoadtestReport, RunSpec, run_loadtest
 from .errors import LoadtestError
 
@@ -279,8 +279,7 @@ def run_cli(
         return 130
     if args.plot is not None:
         plot(report, args.plot)
-    data = report.to_dict()
-    data["summary"] = summary(report)
+    data = to_json(report)
     if args.json not in (None, "-"):
         Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
     if args.json == "-":
