@@ -42,23 +42,30 @@ def commands() -> list[str]:
     ]
 
 
-@pytest.fixture
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fresh working directory, the Prime settings pointing at a local TracesServer and
-    wandb offline under it: what a reader trying the README would have."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    with TracesServer(api_key="readme-key") as server:
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """The README's Python blocks run once, in order, as a reader trying it would run them:
+    in a fresh working directory, the Prime settings pointing at a local TracesServer and
+    wandb offline under it. Yields that directory and what the blocks printed; the
+    environment stays for the module's tests of the commands that read what they wrote."""
+    root = tmp_path_factory.mktemp("readme")
+    with pytest.MonkeyPatch.context() as mp, TracesServer(api_key="readme-key") as server:
+        mp.chdir(root)
         for name, value in {
+            "WANDB_MODE": "offline",
+            "WANDB_DIR": str(root),
+            "WANDB_SILENT": "true",
             "PRIME_API_KEY": "readme-key",
             "PRIME_TRACES_URL": server.url,
             "PRIME_API_BASE_URL": server.url,
             "PRIME_TEAM_ID": "",
         }.items():
-            monkeypatch.setenv(name, value)
-        yield tmp_path
+            mp.setenv(name, value)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            for code in blocks("python"):
+                exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+        yield root, out.getvalue()
 
 
 def test_the_readme_is_short_and_in_the_order_a_user_reads() -> None:
@@ -78,12 +85,8 @@ def test_the_readme_is_short_and_in_the_order_a_user_reads() -> None:
     assert "RESULTS_" not in text  # the placeholders were filled in
 
 
-def test_every_python_block_runs_in_order(in_tmp: Path) -> None:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        for code in blocks("python"):
-            exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
-    printed = out.getvalue()
+def test_every_python_block_runs_in_order(readme_run: tuple[Path, str]) -> None:
+    in_tmp, printed = readme_run
     # The encoder's files, both ways.
     assert (in_tmp / "episode.json").read_bytes() == (in_tmp / "episode-async.json").read_bytes()
     # Three steps of four episodes, delivered by every monitor.
@@ -98,10 +101,8 @@ def _last_id(root: Path) -> str:
     return str(read_record(root / "runs/42/traces/train/all", -1)["id"])
 
 
-def test_every_nodewise_command_runs(in_tmp: Path) -> None:
-    for code in blocks("python"):  # the trace files the commands read
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+def test_every_nodewise_command_runs(readme_run: tuple[Path, str]) -> None:
+    in_tmp, _ = readme_run  # with the trace files the commands read
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     ran = 0

@@ -488,6 +488,21 @@ class _Driver:
             result.slowest_log_subset = f"{subset} ({len(batch)} episode(s))"
             result.slowest_log_running = cpu / 1e6
 
+    async def _log_all(self) -> None:
+        """Log every episode as it arrives, then each step's batch; a failure ends the run
+        and is its ``error``."""
+        k, result = self.config.step_size, self.result
+        try:
+            for step, first in enumerate(range(0, len(self.episodes), k)):
+                batch = list(self.episodes[first : first + k])
+                for episode in batch:
+                    await self._log([episode], step, "all")
+                if self.config.effective:
+                    await self._log(batch, step, "effective")
+        except Exception as exc:
+            result.error = f"log_episodes failed: {exc!r}"
+            log.error("%s: %s", result.name, result.error)
+
     def _show(self, probe: LoopLagProbe) -> None:
         """Bring the progress bar up to date (a few tens of µs on the loop)."""
         samples = probe.samples
@@ -538,16 +553,7 @@ class _Driver:
             try:
                 with watch:
                     try:
-                        k = config.step_size
-                        for step, first in enumerate(range(0, len(self.episodes), k)):
-                            batch = list(self.episodes[first : first + k])
-                            for episode in batch:
-                                await self._log([episode], step, "all")
-                            if config.effective:
-                                await self._log(batch, step, "effective")
-                    except Exception as exc:
-                        result.error = f"log_episodes failed: {exc!r}"
-                        log.error("%s: %s", result.name, result.error)
+                        await self._log_all()
                     finally:
                         t_fin = time.perf_counter()
                         await monitor.finalize()
@@ -679,6 +685,7 @@ async def run_loadtest(
         progress = Progress(enabled=config.progress)
         peak = PeakRss()
         results: list[RunResult] = []
+        instrument = instrument or _Probe()
         with wandb_offline(root):
             async with _server(config, runs) as server:
                 for spec in runs:
@@ -690,7 +697,7 @@ async def run_loadtest(
                         server=server,
                         progress=progress,
                         peak=peak,
-                        instrument=instrument or _Probe(),
+                        instrument=instrument,
                     )
                     results.append(result)
                     if removed_between_runs and spec.files:

@@ -233,7 +233,8 @@ class EpisodeMaker:
     def __init__(self, *, seed: int = 0) -> None:
         self.seed = seed
         ratio: float = (_LARGEST_BODY / _SMALLEST_BODY) ** (1 / (BODIES - 1))
-        #: The size each body is built for; ``body_size`` is what it really encodes to.
+        #: The size each body is built for; ``body_size`` is what it really encodes to. Plans
+        #: use these, never a measured size, so planning builds only the bodies it picks.
         self.targets: list[int] = [round(_SMALLEST_BODY * ratio**i) for i in range(BODIES)]
         self.model = _MODELS[seed % len(_MODELS)]
         self.run_id = _uuid(f"run-{seed}")
@@ -292,14 +293,6 @@ class EpisodeMaker:
     def forget_bytes(self) -> None:
         """Drop the bytes ``body_bytes`` kept."""
         self._bytes.clear()
-
-    def body_size_estimate(self, i: int) -> int:
-        """The size body ``i`` is built for (its real size is within ~0.5%). Plans use these
-        (``targets``), never a measured size, so planning builds only the bodies it picks.
-
-        :param i: the body's number.
-        """
-        return self.targets[i]
 
     def text(self) -> _Text:
         """The maker's text and token pools, made on first use."""
