@@ -5,8 +5,7 @@ event loop back every ``budget`` seconds so no single step stalls it. They bound
 rather than move the work to a thread, where orjson would hold the GIL (docs/design.md D1).
 """
 
-from typing import TYPE_CHECKING, Any
-
+from .aio import DEFAULT_BUDGET, adump, aiterencode
 from .errors import EncodeError
 from .options import (
     OPT_APPEND_NEWLINE,
@@ -26,20 +25,6 @@ from .options import (
     Fragment,
 )
 from .sync import DEFAULT_CHUNK_SIZE, dump, encode, iterencode
-
-if TYPE_CHECKING:
-    from .aio import DEFAULT_BUDGET, adump, aiterencode
-
-
-def __getattr__(name: str) -> Any:
-    # The async drivers (and so anyio and asyncio) load on first use: the sans-IO core and
-    # the blocking drivers import no event-loop library.
-    if name in ("DEFAULT_BUDGET", "adump", "aiterencode"):
-        from . import aio
-
-        return getattr(aio, name)
-    raise AttributeError(f"module 'encoder' has no attribute {name!r}")
-
 
 __all__ = [
     "DEFAULT_BUDGET",

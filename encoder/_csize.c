@@ -137,10 +137,42 @@ projected_past(State *s, Py_ssize_t start, Py_ssize_t n)
 
 /* Add items[i:] of a list of n items whose items were counted from ``start``; ``numbers``:
  * items[:i] were all floats and ints, so the run of numbers goes on from i. */
+/* Past items[i:] while they are all of the type of items[i], if that is a number type: the
+ * index after them, their estimate added. Per-token arrays (token ids, masks, logprobs) are
+ * most elements of an episode, and one type throughout: comparing one pointer an element,
+ * and stopping only where the limit will be passed, is the cheapest check there is. */
+static inline Py_ssize_t
+skip_same_numbers(State *s, PyObject **items, Py_ssize_t n, Py_ssize_t i)
+{
+    if (i >= n) {
+        return i;
+    }
+    PyTypeObject *t = Py_TYPE(items[i]);
+    Py_ssize_t per = t == &PyLong_Type ? 8 : t == &PyFloat_Type ? 20 : t == &PyBool_Type ? 5 : 0;
+    if (per == 0) {
+        return i;
+    }
+    /* at most one item past the limit */
+    Py_ssize_t room = s->total > s->limit ? 1 : (s->limit - s->total) / per + 1;
+    Py_ssize_t stop = n - i > room ? i + room : n;
+    Py_ssize_t j = i;
+    while (j < stop && Py_TYPE(items[j]) == t) {
+        j++;
+    }
+    s->total += (j - i) * per;
+    return j;
+}
+
 static int
 add_rest(State *s, PyObject **items, Py_ssize_t n, Py_ssize_t i, Py_ssize_t start, int depth,
          int numbers)
 {
+    if (numbers) {
+        i = skip_same_numbers(s, items, n, i);
+        if (s->total > s->limit) {
+            return 1;
+        }
+    }
     /* A run of numbers (token ids, logprobs) in a tight loop of its own: most elements of an
      * episode are such numbers. */
     for (; numbers && i < n; i++) {
@@ -341,7 +373,21 @@ csize_numbers(PyObject *module, PyObject *values)
         return NULL;
     }
     int floats = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t i = 0;
+    if (n > 0) {
+        /* most often one type throughout: one pointer compared an element */
+        PyTypeObject *first = Py_TYPE(items[0]);
+        while (i < n && Py_TYPE(items[i]) == first) {
+            i++;
+        }
+        if (first == &PyFloat_Type) {
+            floats = 1;
+        }
+        else if (first != &PyLong_Type && first != &PyBool_Type) {
+            return PyLong_FromSsize_t(BIG);
+        }
+    }
+    for (; i < n; i++) {
         PyTypeObject *t = Py_TYPE(items[i]);
         if (t == &PyFloat_Type) {
             floats = 1;

@@ -3,9 +3,9 @@
 Nothing here does I/O or knows about event loops; the drivers in ``sync`` and ``aio`` decide
 when to hand control back (docs/design.md D2). Every step does a bounded amount of work: a
 group of small values handed to ``orjson.dumps`` whole, one slice of a long string, list or
-array, or the bracket and key of a large container. What is "small" is decided by C-level
-checks: the ``_csize`` extension when it was built, else builtins (``len``, ``sum``,
-``gc.get_referents``), so the walk adds no per-element Python work (docs/design.md D3).
+array, one run of a large dict's keys sorted, or the bracket and key of a large container.
+What is "small" is decided by the checks in ``_size`` (docs/design.md D3); what each type
+does on entering the walk is chosen from one table, ``Walker.entries``.
 """
 
 from __future__ import annotations
@@ -14,60 +14,32 @@ import dataclasses
 import enum
 import sys
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterator
-from datetime import date, datetime, time
-from gc import get_referents
+from functools import partial
+from heapq import merge
 from itertools import islice
-from math import hypot
-from operator import itemgetter, length_hint
+from operator import itemgetter
 from typing import Any, Final, TypeAlias
 
 import orjson
 
+from ._settings import DEFAULT_LIMITS, Limits, Settings
+from ._size import ALONE, ALONE_BIG, BIG, RUN, Segment, Sizer
 from .errors import EncodeError, format_path
-from .options import (
-    OPT_APPEND_NEWLINE,
-    OPT_INDENT_2,
-    OPT_NON_STR_KEYS,
-    OPT_PASSTHROUGH_DATACLASS,
-    OPT_PASSTHROUGH_DATETIME,
-    OPT_PASSTHROUGH_SUBCLASS,
-    OPT_SERIALIZE_NUMPY,
-    OPT_SORT_KEYS,
-)
 
 __all__ = ["AnextRequest", "Piece", "Walker"]
 
-#: Estimated JSON bytes (string lengths, plus 8 a node) below which a group of values goes to
-#: ``orjson.dumps`` in one call, so no step is long (docs/design.md D3).
-GROUP_BYTES: Final = 128 * 1024
-#: Numbers per slice of a list proven numeric by ``sum`` to start with; then adjusted so a
-#: slice writes about ``NUMBER_SLICE_BYTES``.
-NUMBERS_PER_SLICE: Final = 4096
-NUMBER_SLICE_BYTES: Final = 64 * 1024
-#: Characters per slice of a long string (64K chars is 64-256 KiB of output).
-STR_SLICE: Final = 64 * 1024
-#: Most elements of a list, dict or iterator looked at in one step.
-MAX_GROUP: Final = 4096
-#: Containers this short are planned element by element; longer ones are grouped adaptively.
-PLAN_ELEMENTS: Final = 32
-#: orjson calls ``default`` at most 255 times in a chain (its results being unsupported again);
-#: we stop at the same place.
+#: orjson calls ``default`` at most 255 times along one path (its results being unsupported
+#: again, or holding such values); the walk stops at the same place.
 DEFAULT_CHAIN_LIMIT: Final = 255
-
-try:
-    from . import _csize
-except ImportError:  # built without a C compiler: the checks below use builtins instead
-    _csize = None  # type: ignore[assignment]
 
 _dumps = orjson.dumps
 _JSONEncodeError = orjson.JSONEncodeError
-_NumberSum = (int, float)
-_BIG: Final = 1 << 62
-_DEEP: Final = _BIG + 1  # from _csize.size: nested deeper than orjson writes
-_LEVEL_SLICE: Final = 512
-_ORJSON_DEPTH: Final = 254  # orjson's own nesting limit
+_NUMERIC: Final = (int, float, bool)
+_first = itemgetter(0)
+_second = itemgetter(1)
 
 Piece: TypeAlias = bytes | memoryview
+Path: TypeAlias = tuple[bool, object] | None
 
 
 class AnextRequest:
@@ -97,6 +69,7 @@ class _Container:
         "base",
         "block",
         "cap",
+        "chain",
         "closer",
         "depth",
         "first",
@@ -111,7 +84,7 @@ class _Container:
         "plan",
         "prefix",
         "source",
-        "via",
+        "take",
         "whole",
     )
 
@@ -119,75 +92,102 @@ class _Container:
         self,
         *,
         origin: object,
-        path: tuple[bool, object] | None,
+        path: Path,
         depth: int,
+        chain: int,
         is_map: bool,
         block: list[Any] | tuple[Any, ...],
-        source: Iterator[Any] | AsyncIterator[Any] | None = None,
-        is_async: bool = False,
-        whole: Any = None,
-        groups: bool = True,
+        source: Iterator[Any] | AsyncIterator[Any] | None,
+        is_async: bool,
+        whole: Any,
+        groups: bool,
+        take: int,
     ) -> None:
         self.origin = origin
         self.path = path
         self.depth = depth
+        self.chain = chain  # ``default`` calls on the path to this container
         self.is_map = is_map
         self.source = source
         self.is_async = is_async
+        self.take = take  # elements taken from ``source`` in one step
         # A list is its own block; a length change while we walk it is a caller's bug.
         self.whole = whole
         self.length = len(whole) if whole is not None else -1
         self.base = 0  # index of block[0] in the whole sequence
         self.group = 1 if groups else 0  # adaptive group size; 0: one element at a time
         self.cap = 0  # a group may not reach past this index (a larger one was too big)
-        self.numbers = NUMBERS_PER_SLICE
+        # elements in the next slice of numbers (0: not measured yet; -1: a mixed list)
+        self.numbers = 0
         self.first = True
         self.closer = b"}" if is_map else b"]"
         self.block = block
         self.i = 0  # next element of the block (adaptive) or next segment (planned)
         self.plan: list[Segment] | None = None
         self.prefix = 0  # a long list's first elements, planned; the rest grouped adaptively
-        self.via: list[int] = []  # objects ``default`` turned into this one (cycle check)
-
-
-#: Kinds of a planned segment: elements written together, or one element walked alone.
-_RUN, _ALONE, _ALONE_BIG = 0, 1, 2
-#: ``(start, end, kind)``, or for a large element that is short enough to be planned itself
-#: ``(start, end, _ALONE_BIG, sizes)``: its elements' estimates as far as they were measured
-#: (-1 where not), so that planning it does not read them again. For a long list, the sizes
-#: of its first 16 elements (what the C check reads before projecting a list too big).
-Segment: TypeAlias = tuple[int, int, int] | tuple[int, int, int, tuple[int, ...]]
 
 
 class _Text:
-    """A long string written one slice at a time."""
+    """A long string (or dict key) written one slice at a time, each slice sized by what the
+    previous ones cost to write: escapes and non-ASCII characters write more bytes per
+    character than plain text."""
 
-    __slots__ = ("i", "path", "text", "via")
+    __slots__ = ("after", "i", "path", "step", "tail", "text")
 
-    def __init__(self, text: str, path: tuple[bool, object] | None) -> None:
+    def __init__(
+        self,
+        text: str,
+        path: Path,
+        step: int,
+        *,
+        tail: bytes = b'"',
+        after: tuple[Any, Path, int, int] | None = None,
+    ) -> None:
         self.text = text
         self.path = path
         self.i = 0
-        self.via: list[int] = []
+        self.step = step  # characters in the next slice
+        self.tail = tail  # written after the last slice: the quote (and a key's colon)
+        self.after = after  # a key's value, entered once the key is written
 
 
 class _Array:
     """A large numpy array written along axis 0, a few rows per step."""
 
-    __slots__ = ("array", "depth", "first", "i", "path", "rows", "via")
+    __slots__ = ("array", "depth", "first", "i", "path", "rows")
 
-    def __init__(self, array: Any, path: tuple[bool, object] | None, depth: int) -> None:
+    def __init__(self, array: Any, path: Path, depth: int, rows: int) -> None:
         self.array = array
         self.path = path
         self.depth = depth
-        self.via: list[int] = []
         self.i = 0
         self.first = True
-        per_row = array.size // len(array) if len(array) else 1
-        self.rows = max(1, NUMBERS_PER_SLICE // max(per_row, 1))
+        self.rows = rows
 
 
-_Frame: TypeAlias = _Container | _Text | _Array
+class _Sorting:
+    """A large dict's keys sorted a run at a time (``OPT_SORT_KEYS``); once every run is
+    sorted, the dict is written from a lazy merge of the runs, in orjson's order.
+
+    Runs hold keys (and, where a key is not a str, the texts orjson sorts by), never item
+    tuples: half a million tuples kept alive would set off full collections (D7).
+    """
+
+    __slots__ = ("chain", "depth", "keys", "mapping", "path", "runs", "texts")
+
+    def __init__(self, mapping: dict[Any, Any], path: Path, depth: int, chain: int) -> None:
+        self.mapping = mapping
+        self.path = path
+        self.depth = depth
+        self.chain = chain
+        self.keys = iter(dict.keys(mapping))
+        self.runs: list[list[Any]] = []  # each run's keys, sorted
+        self.texts: list[list[str]] | None = None  # each run's key texts, where a key is no str
+
+
+_Frame: TypeAlias = _Container | _Text | _Array | _Sorting
+#: What entering a value does: ``(value, path, depth, chain, out, big, sizes)``.
+_Entry: TypeAlias = Callable[[Any, Path, int, int, list[Piece], bool, Any], None]
 
 
 class _Unsupported(Exception):
@@ -202,59 +202,60 @@ class Walker:
     """One encoding of one value: iterate it to get the JSON as pieces (bytes or memoryview).
 
     ``allow_async`` lets the walk meet async iterables (it then yields ``AnextRequest``).
+    ``limits`` bound each step (tests make them tiny); ``native=False`` uses the pure-Python
+    size checks even where the C ones were built.
     """
 
     def __init__(
         self,
         obj: Any,
         *,
-        option: int = 0,
+        option: int | None = 0,
         default: Callable[[Any], Any] | None = None,
         iterables: bool = False,
         float_decimals: int | None = None,
         allow_async: bool = False,
+        limits: Limits = DEFAULT_LIMITS,
+        native: bool = True,
     ) -> None:
-        if not isinstance(option, int) or isinstance(option, bool):
-            raise EncodeError("Invalid opts")
-        try:
-            _dumps(None, option=option)  # refused exactly when orjson refuses it
-        except _JSONEncodeError:
-            raise EncodeError("Invalid opts") from None
-        if default is not None and not callable(default):
-            raise EncodeError("default must be callable")
-        if float_decimals is not None and (
-            not isinstance(float_decimals, int) or not 0 <= float_decimals <= 17
-        ):
-            raise ValueError("float_decimals must be an int from 0 to 17")
-        self.obj = obj
-        self.option = option
-        self.inner = option & ~OPT_APPEND_NEWLINE
-        self.default = default
-        self.iterables = iterables
-        self.decimals = float_decimals
-        self.allow_async = allow_async
-        self.indent = bool(option & OPT_INDENT_2)
-        self.sort = bool(option & OPT_SORT_KEYS)
-        self.non_str_keys = bool(option & OPT_NON_STR_KEYS)
-        self.subclasses = not option & OPT_PASSTHROUGH_SUBCLASS
-        self.dataclasses = not option & OPT_PASSTHROUGH_DATACLASS
-        self.numpy = bool(option & OPT_SERIALIZE_NUMPY)
-        self.key_option = option & ~(OPT_INDENT_2 | OPT_APPEND_NEWLINE | OPT_SORT_KEYS)
-        plain: set[type] = {str, int, float, bool, type(None), list, dict, tuple}
-        if not option & OPT_PASSTHROUGH_DATETIME:
-            plain |= {datetime, date, time}
-        self.plain = frozenset(plain)
-        # Types need checking only for numpy arrays (large, yet invisible to ``size``) and where
-        # orjson's bytes change (rounding, re-indenting); else ``_probe_default`` catches them.
-        self.check_types = bool(option & (OPT_SERIALIZE_NUMPY | OPT_INDENT_2)) or (
-            float_decimals is not None
+        settings = Settings.decode(
+            option=option,
+            default=default,
+            iterables=iterables,
+            float_decimals=float_decimals,
+            allow_async=allow_async,
+            limits=limits,
         )
-        self.leaves = tuple(plain - {str, int, float, bool, type(None), list, dict, tuple})
-        self.csize = _csize
+        self.obj = obj
+        self.settings = settings
+        self.limits = limits
+        self.sizer = Sizer(settings, native=native)
+        self.inner = settings.inner
+        self.indent = settings.indent
+        self.decimals = settings.decimals
+        # A string this long is written whole: at most ``str_bytes`` even if every character
+        # is escaped (``\u0001``); a longer one, in slices.
+        self.str_whole = max(1, limits.str_bytes // 6)
         self.stack: list[_Frame] = []
-        self.active: set[int] = set()
-        self.deep_skips = 0  # estimates to skip (see ``size``)
+        self.active: set[int] = set()  # ids of the containers being walked (cycle check)
         self._newlines: list[bytes] = [b"\n"]
+        # The per-type table: what entering a value of exactly this type does; any other
+        # type (subclasses, dataclasses, enums, numpy, iterators, ``default``) is ``other``.
+        entries: dict[Any, _Entry] = {
+            str: self.enter_str,
+            list: self.enter_sequence,
+            tuple: self.enter_sequence,
+            dict: self.enter_dict,
+        }
+        for t in (int, float, bool, type(None), *settings.leaves):
+            entries[t] = self.enter_leaf
+        self.entries = entries
+        self.steps: dict[type, Callable[[Any, list[Piece]], AnextRequest | None]] = {
+            _Container: self.step_container,
+            _Text: self.step_text,
+            _Array: self.step_array,
+            _Sorting: self.step_sorting,
+        }
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -265,66 +266,7 @@ class Walker:
             lines.append(b"\n" + b"  " * len(lines))
         return lines[depth]
 
-    def size(self, level: list[Any]) -> int:
-        """Estimated JSON bytes of the values in ``level`` and all they hold, or more than
-        ``GROUP_BYTES`` (often ``_BIG``) once past it or on meeting anything orjson might not
-        write by itself (checked only where it can matter).
-
-        Each level of the subtree costs a few C calls: ``gc.get_referents`` for the next level,
-        and ``len`` (``hypot`` for all-number slices, ``length_hint`` for mixed ones) for
-        string and container sizes.
-        """
-        if self.deep_skips:
-            # Just below a subtree found deeper than orjson goes: too deep as well, most
-            # likely; not looking again keeps a 100,000-deep chain linear.
-            self.deep_skips -= 1
-            return _BIG
-        if self.csize is not None:
-            total = self.csize.size(level, GROUP_BYTES, self.leaves)
-            if total == _DEEP:
-                self.deep_skips = _ORJSON_DEPTH
-                return _BIG
-            return total
-        plain = self.plain
-        check_types = self.check_types
-        total = 8 * len(level)
-        levels = 0
-        while level:
-            levels += 1
-            if levels > 2 * _ORJSON_DEPTH:
-                self.deep_skips = _ORJSON_DEPTH
-                return _BIG  # orjson refuses deeper nesting anyway: walk it
-            # A level is measured, and the next one gathered, a slice at a time: a subtree
-            # that is too big is found so after about GROUP_BYTES / 8 objects looked at.
-            following: list[Any] = []
-            n = len(level)
-            for j in range(0, n, _LEVEL_SLICE):
-                part = level if n <= _LEVEL_SLICE else level[j : j + _LEVEL_SLICE]
-                if check_types and not plain.issuperset(map(type, part)):
-                    return _BIG
-                if type(part[0]) in _NumberSum:
-                    try:
-                        # Only numbers (``hypot`` takes nothing else and, unlike ``sum``,
-                        # never adds up arrays): nothing below them.
-                        hypot(*part)
-                        continue
-                    except (TypeError, ValueError, OverflowError):
-                        pass
-                try:
-                    total += sum(map(len, part))  # string characters, container items
-                except TypeError:
-                    total += sum(map(length_hint, part))
-                if total > GROUP_BYTES:
-                    return total
-                below = get_referents(*part)
-                total += 8 * len(below)
-                if total > GROUP_BYTES:
-                    return total
-                following += below
-            level = following
-        return total
-
-    def error(self, message: str, *, extra: tuple[bool, object] | None = None) -> EncodeError:
+    def error(self, message: str, *, extra: Path = None) -> EncodeError:
         parts = [f.path for f in self.stack if f.path is not None]
         if extra is not None:
             parts.append(extra)
@@ -362,12 +304,33 @@ class Walker:
             return out[1:-2].replace(b"\n", self.newline(depth))
         return memoryview(out)[1:-2]
 
-    def dump_whole(self, value: Any, depth: int) -> Piece:
+    def dump_whole(self, value: Any, depth: int) -> bytes:
         """orjson's bytes for a small value in place, indented for ``depth``."""
         if self.decimals is not None:
             value = self.rounded(value)
         out = _dumps(value, option=self.inner, default=_probe_default)
         if self.indent and depth:
+            return out.replace(b"\n", self.newline(depth))
+        return out
+
+    def dump_leaf(self, obj: Any, path: Path, depth: int = 0, *, probe: bool = False) -> bytes:
+        """orjson's bytes for one leaf; ``_Unsupported`` when ``probe`` and orjson would call
+        ``default`` for it."""
+        decimals = self.decimals
+        try:
+            if probe:
+                out = _dumps(obj, option=self.inner, default=_probe_default)
+            elif decimals is not None and type(obj) is float:
+                out = _dumps(round(obj, decimals), option=self.inner)
+            elif decimals is not None and _is_numpy_float(obj):
+                out = _dumps(_round_numpy(obj, decimals), option=self.inner)
+            else:
+                out = _dumps(obj, option=self.inner)
+        except _JSONEncodeError as exc:
+            if isinstance(exc.__cause__, _Unsupported):
+                raise _Unsupported from None
+            raise self.error(str(exc), extra=path) from None
+        if self.indent and depth and b"\n" in out and not isinstance(obj, orjson.Fragment):
             return out.replace(b"\n", self.newline(depth))
         return out
 
@@ -378,29 +341,40 @@ class Walker:
                 return _dumps(key)
             except _JSONEncodeError as exc:
                 raise self.error(str(exc), extra=(True, key)) from None
-        if not self.non_str_keys:
+        if not self.settings.non_str_keys:
             raise self.error("Dict key must be str", extra=(True, key))
         try:
-            return _dumps({key: None}, option=self.key_option)[1:-6]
+            return _dumps({key: None}, option=self.settings.key_option)[1:-6]
         except _JSONEncodeError as exc:
             raise self.error(str(exc), extra=(True, key)) from None
 
-    def map_items(self, mapping: Any) -> list[Any] | Iterator[Any]:
-        """The items of a dict in the order orjson writes them: a list when sorted or short,
-        else an iterator (so a huge dict is never copied in one step)."""
-        if not self.sort:
-            if len(mapping) <= PLAN_ELEMENTS:
-                return list(dict.items(mapping))
-            return iter(dict.items(mapping))
-        items = list(dict.items(mapping))
+    def key_texts(self, keys: list[Any]) -> list[str]:
+        """The text each key becomes, which orjson sorts by (not the quoted, escaped form):
+        one orjson call for them all unless two keys become the same text."""
+        try:
+            texts = list(orjson.loads(_dumps(dict.fromkeys(keys), option=self.settings.key_option)))
+        except _JSONEncodeError:
+            texts = []
+        if len(texts) != len(keys):
+            texts = [orjson.loads(self.key_bytes(k)) for k in keys]
+        return texts
+
+    def sorted_items(self, items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        """A short list of dict items in orjson's sorted order."""
         if all(type(k) is str for k, _ in items):
-            items.sort(key=itemgetter(0))
-        else:
-            # orjson sorts by the text each key becomes (not its quoted, escaped form).
-            keyed = [(orjson.loads(self.key_bytes(k)), k, v) for k, v in items]
-            keyed.sort(key=itemgetter(0))
-            items = [(k, v) for _, k, v in keyed]
-        return items
+            items.sort(key=_first)
+            return items
+        keys = [k for k, _ in items]
+        keyed = sorted(zip(self.key_texts(keys), items, strict=True), key=_first)
+        return [item for _, item in keyed]
+
+    def unsupported(self, obj: Any) -> str:
+        """orjson's message for an object it cannot write (when ``default`` fails on it)."""
+        try:
+            _dumps(obj, option=self.inner)
+        except _JSONEncodeError as exc:
+            return str(exc)
+        return f"Type is not JSON serializable: {type(obj).__name__}"
 
     # -- the walk ----------------------------------------------------------------------------
 
@@ -413,32 +387,28 @@ class Walker:
         A step that writes nothing yields ``b""``, so a driver can look at its clock.
         """
         stack = self.stack
+        steps = self.steps
         out: list[Piece] = []
         self.enter(self.obj, None, 0, 0, out)
         yield from out
         while stack:
             out.clear()
             frame = stack[-1]
-            if type(frame) is _Container:
-                request = self.step_container(frame, out)
-                if request is not None:
-                    self.received(frame, (yield request))
-            elif type(frame) is _Text:
-                self.step_text(frame, out)
-            else:
-                assert type(frame) is _Array
-                self.step_array(frame, out)
+            request = steps[type(frame)](frame, out)
+            if request is not None:
+                assert type(frame) is _Container
+                self.received(frame, (yield request))
             if out:
                 yield from out
             else:
                 yield b""
-        if self.option & OPT_APPEND_NEWLINE:
+        if self.settings.newline:
             yield b"\n"
 
     def enter(
         self,
         obj: Any,
-        path: tuple[bool, object] | None,
+        path: Path,
         depth: int,
         chain: int,
         out: list[Piece],
@@ -448,156 +418,196 @@ class Walker:
     ) -> None:
         """Write ``obj`` whole if it is small, else push a frame that walks it.
 
-        ``big`` says the caller already found it too large to write whole; ``sizes`` are
-        its elements' estimates, as far as that plan measured them (see ``Segment``).
+        ``chain`` counts the ``default`` calls on its path. ``big`` says the caller already
+        found it too large to write whole; ``sizes`` are its elements' estimates, as far as
+        that plan measured them (see ``Segment``).
         """
-        t = type(obj)
-        if t is str:
-            if len(obj) <= STR_SLICE:
-                out.append(self.dump_leaf(obj, path))
-            else:
-                self.stack.append(_Text(obj, path))
-                out.append(b'"')
-            return
-        if (t is list or t is tuple) and obj and type(obj[0]) in _NumberSum:
-            # A list of numbers, proven so by ``sum``: whole if short.
-            if len(obj) <= NUMBERS_PER_SLICE and self.numbers_size(obj) != _BIG:
-                try:
-                    out.append(self.dump_whole(obj, depth))
-                    return
-                except _JSONEncodeError:
-                    pass  # a bad number: walk it to find which
-            big = True
-        if t is dict and not big and len(obj) <= PLAN_ELEMENTS:
-            # A record-like dict: plan it from its values (a long list of numbers among them
-            # is then proven numeric by ``sum``, not explored); whole if the plan is one run.
-            block = self.map_items(obj)
-            assert isinstance(block, list)
-            plan = self.plan(block, True)
-            if len(plan) <= 1 and (not plan or plan[0][2] == _RUN):
-                try:
-                    out.append(self.dump_whole(obj, depth))
-                    return
-                except _JSONEncodeError:
-                    plan = [(j, j + 1, _ALONE) for j in range(len(block))]
-            self.push(obj, path, depth, is_map=True, block=block, whole=obj, plan=plan)
-            out.append(b"{")
-            return
-        if t is dict or t is list or t is tuple:
-            if not big and self.size([obj]) <= GROUP_BYTES:
-                try:
-                    out.append(self.dump_whole(obj, depth))
-                    return
-                except _JSONEncodeError:
-                    pass  # too deep for orjson, or a bad leaf: walk it to find which
-        elif t in self.plain:
+        entry: _Entry = self.entries.get(type(obj), self.enter_other)
+        entry(obj, path, depth, chain, out, big, sizes)
+
+    def enter_leaf(
+        self, obj: Any, path: Path, depth: int, chain: int, out: list[Piece], *_: object
+    ) -> None:
+        out.append(self.dump_leaf(obj, path))
+
+    def enter_str(
+        self, obj: str, path: Path, depth: int, chain: int, out: list[Piece], *_: object
+    ) -> None:
+        if len(obj) <= self.str_whole:
             out.append(self.dump_leaf(obj, path))
             return
-        if t is dict or (self.subclasses and isinstance(obj, dict)):
-            # ``sizes`` follow the dict's own order, not a sorted one.
-            known = sizes if t is dict and not self.sort else None
-            self.push(
-                obj, path, depth, is_map=True, block=self.map_items(obj), whole=obj, sizes=known
-            )
+        self.stack.append(_Text(obj, path, self.str_whole))
+        out.append(b'"')
+
+    def enter_sequence(
+        self,
+        obj: list[Any] | tuple[Any, ...],
+        path: Path,
+        depth: int,
+        chain: int,
+        out: list[Piece],
+        big: bool,
+        sizes: tuple[int, ...] | None,
+    ) -> None:
+        if not obj:
+            out.append(b"[]")
+            return
+        limit = self.limits.group_bytes
+        if type(obj[0]) in _NUMERIC:
+            # Numbers (token ids, masks, logprobs): proven so by one pass in C, whole if they
+            # fit (a caller's "big" may only mean it did not look). A list too long to fit
+            # even at 8 bytes a number is not read here.
+            fits = len(obj) * 8 <= limit and self.sizer.numbers(obj) <= limit
+        else:
+            fits = not big and self.sizer.size([obj]) <= limit
+        if fits:
+            try:
+                out.append(self.dump_whole(obj, depth))
+                return
+            except _JSONEncodeError:
+                pass  # too deep for orjson, or a bad leaf: walk it to find which
+        self.push(obj, path, depth, chain, is_map=False, block=obj, whole=obj, sizes=sizes)
+        out.append(b"[")
+
+    def enter_dict(
+        self,
+        obj: dict[Any, Any],
+        path: Path,
+        depth: int,
+        chain: int,
+        out: list[Piece],
+        big: bool,
+        sizes: tuple[int, ...] | None,
+    ) -> None:
+        n = len(obj)
+        if not big and n <= self.limits.plan_elements:
+            # A record-like dict: plan it from its values (a long list of numbers among them
+            # is then proven numeric in one pass); whole if the plan is one run.
+            block = list(dict.items(obj))
+            if self.settings.sort:
+                block = self.sorted_items(block)
+            plan = self.sizer.plan(block, True)
+            if len(plan) <= 1 and (not plan or plan[0][2] == RUN):
+                try:
+                    out.append(self.dump_whole(obj, depth))
+                    return
+                except _JSONEncodeError:
+                    plan = [(j, j + 1, ALONE) for j in range(len(block))]
+            self.push(obj, path, depth, chain, is_map=True, block=block, whole=obj, plan=plan)
             out.append(b"{")
-        elif t is list or t is tuple:
-            self.push(obj, path, depth, is_map=False, block=obj, whole=obj, sizes=sizes)
-            out.append(b"[")
-        elif self.subclasses and isinstance(obj, list):
+            return
+        if not big and self.sizer.size([obj]) <= self.limits.group_bytes:
+            try:
+                out.append(self.dump_whole(obj, depth))
+                return
+            except _JSONEncodeError:
+                pass
+        self.enter_map(obj, path, depth, chain, out, sizes=sizes)
+
+    def enter_map(
+        self,
+        obj: dict[Any, Any],
+        path: Path,
+        depth: int,
+        chain: int,
+        out: list[Piece],
+        *,
+        sizes: tuple[int, ...] | None = None,
+    ) -> None:
+        """Walk a dict (or a dict subclass, by its own items) key by key."""
+        limits = self.limits
+        n = dict.__len__(obj)
+        if self.settings.sort:
+            if n > limits.sort_run:
+                self.enter_container(obj, path)
+                self.stack.append(_Sorting(obj, path, depth, chain))
+            else:
+                block = self.sorted_items(list(dict.items(obj)))
+                self.push(obj, path, depth, chain, is_map=True, block=block, whole=obj)
+        elif n <= limits.plan_elements:
+            block = list(dict.items(obj))
+            self.push(obj, path, depth, chain, is_map=True, block=block, whole=obj, sizes=sizes)
+        else:
+            items = iter(dict.items(obj))
+            self.push(obj, path, depth, chain, is_map=True, block=[], source=items, whole=obj)
+        out.append(b"{")
+
+    def enter_other(
+        self, obj: Any, path: Path, depth: int, chain: int, out: list[Piece], *_: object
+    ) -> None:
+        """Anything but exact JSON types: subclasses, dataclasses, enums, numpy arrays,
+        iterables, and what only ``default`` knows how to write."""
+        settings = self.settings
+        if settings.subclasses and isinstance(obj, dict):
+            self.enter_map(obj, path, depth, chain, out)
+        elif settings.subclasses and isinstance(obj, list):
             # The items themselves, as orjson takes them (not an overridden __getitem__).
-            self.push(obj, path, depth, is_map=False, block=list.copy(obj), whole=obj)
+            block = list.copy(obj)
+            self.push(obj, path, depth, chain, is_map=False, block=block, whole=obj)
             out.append(b"[")
-        elif self.subclasses and isinstance(obj, str):
+        elif settings.subclasses and isinstance(obj, str):
             # The characters themselves, as orjson takes them (not an overridden __str__).
-            self.enter(str.__str__(obj), path, depth, chain, out)
-        elif self.dataclasses and "__dataclass_fields__" in type(obj).__dict__:
+            self.enter_str(str.__str__(obj), path, depth, chain, out)
+        elif settings.dataclasses and "__dataclass_fields__" in type(obj).__dict__:
             # orjson's test: the class itself was made by @dataclass (a plain subclass of one
-            # is not a dataclass to it).
-            # Field by field: orjson never sorts a dataclass's keys, so no group of them may
-            # go through one orjson call with OPT_SORT_KEYS.
-            fields = self.dataclass_items(obj)
-            self.push(obj, path, depth, is_map=True, block=fields, groups=False)
+            # is not a dataclass to it). Field by field: orjson never sorts a dataclass's
+            # keys, so no group of them may go through one orjson call with OPT_SORT_KEYS.
+            fields = self.dataclass_items(obj, path)
+            self.push(obj, path, depth, chain, is_map=True, block=fields, groups=False)
             out.append(b"{")
         elif isinstance(obj, enum.Enum):
             self.enter(obj.value, path, depth, chain, out)
-        elif self.numpy and _is_ndarray(obj) and self.array_walkable(obj):
-            if obj.size <= NUMBERS_PER_SLICE or len(obj) == 0:
+        elif settings.numpy and _is_ndarray(obj) and self.array_walkable(obj):
+            if obj.size * 20 <= self.limits.group_bytes or len(obj) == 0:
                 out.append(self.dump_leaf(obj, path, depth))
             else:
                 self.enter_container(obj, path)
-                self.stack.append(_Array(obj, path, depth))
+                per_row = max(1, obj.size // len(obj))
+                rows = max(1, self.limits.number_bytes // 20 // per_row)
+                self.stack.append(_Array(obj, path, depth, rows))
                 out.append(b"[")
-        elif self.iterables and isinstance(obj, Iterator):
-            self.push(obj, path, depth, is_map=False, block=[], source=obj)
+        elif settings.iterables and isinstance(obj, Iterator):
+            self.push(obj, path, depth, chain, is_map=False, block=[], source=obj)
             out.append(b"[")
-        elif self.iterables and isinstance(obj, AsyncIterable):
-            if not self.allow_async:
+        elif settings.iterables and isinstance(obj, AsyncIterable):
+            if not settings.allow_async:
                 raise self.error(
                     "an async iterable can only be encoded by aiterencode or adump", extra=path
                 )
             source = obj.__aiter__()
-            self.push(obj, path, depth, is_map=False, block=[], source=source, is_async=True)
+            self.push(obj, path, depth, chain, is_map=False, block=[], source=source, is_async=True)
             out.append(b"[")
         else:
-            try:
-                out.append(self.dump_leaf(obj, path, depth, probe=self.default is not None))
-            except _Unsupported:
-                assert self.default is not None
-                if chain >= DEFAULT_CHAIN_LIMIT:
-                    raise self.error(
-                        "default serializer exceeds recursion limit", extra=path
-                    ) from None
-                key = id(obj)
-                if key in self.active:
-                    raise self.error("Circular reference detected", extra=path) from None
-                try:
-                    value = self.default(obj)
-                except Exception as exc:
-                    raise self.error(
-                        f"Type is not JSON serializable: {type(obj).__name__} "
-                        f"(default raised {type(exc).__name__}: {exc})",
-                        extra=path,
-                    ) from exc
-                # ``obj`` is on the path until what it became is written: meeting it again
-                # below is a cycle, even when ``default`` builds fresh containers each time.
-                self.active.add(key)
-                height = len(self.stack)
-                self.enter(value, path, depth, chain + 1, out)
-                if len(self.stack) > height:
-                    self.stack[height].via.append(key)
-                else:
-                    self.active.discard(key)
+            self.enter_default(obj, path, depth, chain, out)
 
-    def dump_leaf(
-        self, obj: Any, path: tuple[bool, object] | None, depth: int = 0, *, probe: bool = False
-    ) -> Piece:
-        """orjson's bytes for one leaf; ``_Unsupported`` when ``probe`` and orjson would call
-        ``default`` for it."""
+    def enter_default(self, obj: Any, path: Path, depth: int, chain: int, out: list[Piece]) -> None:
+        """A value orjson writes by itself (a UUID, a Fragment, ...), else ``default``'s
+        answer for it, walked in its place."""
+        default = self.settings.default
         try:
-            if probe:
-                out = _dumps(obj, option=self.inner, default=_probe_default)
-            elif self.decimals is not None and type(obj) is float:
-                out = _dumps(round(obj, self.decimals), option=self.inner)
-            elif self.decimals is not None and _is_numpy_float(obj):
-                out = _dumps(_round_numpy(obj, self.decimals), option=self.inner)
-            else:
-                out = _dumps(obj, option=self.inner)
-        except _JSONEncodeError as exc:
-            if isinstance(exc.__cause__, _Unsupported):
-                raise _Unsupported from None
-            raise self.error(str(exc), extra=path) from None
-        if self.indent and depth and b"\n" in out and not isinstance(obj, orjson.Fragment):
-            return out.replace(b"\n", self.newline(depth))
-        return out
+            out.append(self.dump_leaf(obj, path, depth, probe=default is not None))
+            return
+        except _Unsupported:
+            pass
+        if chain >= DEFAULT_CHAIN_LIMIT:
+            raise self.error("default serializer exceeds recursion limit", extra=path)
+        try:
+            value = default(obj)  # type: ignore[misc]
+        except Exception as exc:
+            raise self.error(self.unsupported(obj), extra=path) from exc
+        self.enter(value, path, depth, chain + 1, out)
 
-    def dataclass_items(self, obj: Any) -> list[tuple[str, Any]]:
-        """A dataclass's fields as orjson writes them: ``__dict__`` (or the declared fields for
-        slotted classes), private (``_``) names left out, never sorted."""
-        try:
-            attrs = vars(obj)
-        except TypeError:
-            names: list[str] = [f.name for f in dataclasses.fields(obj)]
+    def dataclass_items(self, obj: Any, path: Path) -> list[tuple[str, Any]]:
+        """A dataclass's fields as orjson writes them, never sorted, private (``_``) names
+        left out: the instance's ``__dict__``, unless it has none or its class declares
+        ``__slots__``, then the declared fields."""
+        attrs = getattr(obj, "__dict__", None)
+        if attrs is None or "__slots__" in type(obj).__dict__:
+            names = [f.name for f in dataclasses.fields(obj)]
             return [(n, getattr(obj, n)) for n in names if not n.startswith("_")]
+        for key in attrs:
+            if type(key) is not str:
+                raise self.error("Dict key must be str", extra=path)
         return [(k, v) for k, v in attrs.items() if not k.startswith("_")]
 
     def array_walkable(self, array: Any) -> bool:
@@ -610,7 +620,7 @@ class Walker:
             return False
         return True
 
-    def enter_container(self, obj: object, path: tuple[bool, object] | None) -> None:
+    def enter_container(self, obj: object, path: Path) -> None:
         key = id(obj)
         if key in self.active:
             raise self.error("Circular reference detected", extra=path)
@@ -619,68 +629,78 @@ class Walker:
     def push(
         self,
         obj: Any,
-        path: tuple[bool, object] | None,
+        path: Path,
         depth: int,
+        chain: int,
         *,
         is_map: bool,
-        block: Any,
+        block: list[Any] | tuple[Any, ...],
         whole: Any = None,
-        source: Any = None,
+        source: Iterator[Any] | AsyncIterator[Any] | None = None,
         is_async: bool = False,
         groups: bool = True,
         plan: list[Segment] | None = None,
         sizes: tuple[int, ...] | None = None,
+        take: int = 0,
     ) -> None:
         self.enter_container(obj, path)
-        if not isinstance(block, (list, tuple)):
-            source, block = block, []
+        limits = self.limits
         frame = _Container(
             origin=obj,
             path=path,
             depth=depth,
+            chain=chain,
             is_map=is_map,
             block=block,
             source=source,
             is_async=is_async,
             whole=whole,
             groups=groups,
+            take=take or limits.max_group,
         )
         if plan is not None:
             frame.plan = plan
-        elif block and groups and len(block) <= PLAN_ELEMENTS:
-            frame.plan = self.plan(block, is_map, sizes)
+        elif block and groups and len(block) <= limits.plan_elements:
+            frame.plan = self.sizer.plan(block, is_map, sizes)
         elif groups and sizes is not None and not is_map and len(sizes) < len(block):
             # A long list whose first elements were measured by the plan that found it large:
             # they are planned from those sizes, not read again; the rest is grouped after.
             frame.prefix = len(sizes)
-            frame.plan = self.plan(block[: frame.prefix], False, sizes)
-            known = [size for size in sizes if 0 < size <= GROUP_BYTES]
+            frame.plan = self.sizer.plan(block[: frame.prefix], False, sizes)
+            known = [size for size in sizes if 0 < size <= limits.group_bytes]
             if known:
-                frame.group = max(1, min(MAX_GROUP, len(known) * (GROUP_BYTES // 2) // sum(known)))
+                frame.group = max(
+                    1, min(limits.max_group, len(known) * (limits.group_bytes // 2) // sum(known))
+                )
         self.stack.append(frame)
 
     def pop(self, frame: _Frame) -> None:
         self.stack.pop()
-        active = self.active
         if type(frame) is _Container:
-            active.discard(id(frame.origin))
+            self.active.discard(id(frame.origin))
         elif type(frame) is _Array:
-            active.discard(id(frame.array))
-        for key in frame.via:
-            active.discard(key)
+            self.active.discard(id(frame.array))
+
+    # -- the steps of each kind of frame -------------------------------------------------------
 
     def step_text(self, frame: _Text, out: list[Piece]) -> None:
-        text, i = frame.text, frame.i
+        text, i, n = frame.text, frame.i, frame.step
         if i >= len(text):
             self.pop(frame)
-            out.append(b'"')
+            out.append(frame.tail)
+            if frame.after is not None:
+                value, path, depth, chain = frame.after
+                self.enter(value, path, depth, chain, out)
             return
-        part = text[i : i + STR_SLICE]
-        frame.i = i + STR_SLICE
+        part = text[i : i + n]
+        frame.i = i + n
         try:
             data = _dumps(part)
         except _JSONEncodeError as exc:
             raise self.error(str(exc)) from None
+        # The next slice aims at ``str_bytes`` of output, at the rate this one wrote.
+        target = self.limits.str_bytes
+        frame.step = max(1, min(target, n * target // max(len(data), 1)))
         out.append(memoryview(data)[1:-1])
 
     def step_array(self, frame: _Array, out: list[Piece]) -> None:
@@ -693,7 +713,7 @@ class Walker:
         if not frame.first:
             out.append(b",")
         frame.first = False
-        if frame.rows == 1 and array[i].size > NUMBERS_PER_SLICE:
+        if frame.rows == 1 and array[i].size * 20 > self.limits.number_bytes:
             frame.i = i + 1
             if self.indent:
                 out.append(self.newline(depth + 1))
@@ -708,82 +728,46 @@ class Walker:
         except _JSONEncodeError as exc:
             raise self.error(str(exc), extra=(False, i)) from None
 
-    # -- containers ----------------------------------------------------------------------
-
-    def numbers_size(self, values: list[Any] | tuple[Any, ...]) -> int:
-        """Estimated JSON bytes of a list of ints and floats, or ``_BIG`` if it holds
-        anything else."""
-        if self.csize is not None:
-            return self.csize.numbers(values)
-        return _numbers_size(values)
-
-    def estimate(self, value: Any) -> int:
-        """Estimated JSON bytes of one element, more than ``GROUP_BYTES`` when it must be
-        walked on its own (large, a long list of numbers, or not a plain JSON type)."""
-        t = type(value)
-        if t is str:
-            return len(value) + 2
-        if self.csize is not None:
-            return self.size([value])
-        if t is int or t is float or t is bool or value is None:
-            return 8
-        if t is list or t is tuple:
-            if len(value) > 256 and type(value[0]) in _NumberSum:
-                return self.numbers_size(value)
-            return self.size([value])
-        if t is dict:
-            if len(value) > PLAN_ELEMENTS:
-                return self.size([value])
-            # A record: its values one by one, so a long list of numbers in it is proven by
-            # ``sum`` rather than explored; a nested dict is measured by ``size``.
-            total = 8
-            for key, item in value.items():
-                total += self.size([item]) if type(item) is dict else self.estimate(item)
-                total += len(key) + 8 if type(key) is str else 16
-                if total > GROUP_BYTES:
-                    return total
-            return total
-        if t in self.plain:
-            return 40  # date, time, datetime
-        return _BIG
-
-    def plan(self, block: Any, is_map: bool, sizes: tuple[int, ...] | None = None) -> list[Segment]:
-        """Segments of a short block: runs of small elements written together (up to
-        ``GROUP_BYTES`` each), and elements walked alone.
-
-        ``sizes`` are estimates of the elements already measured by the plan that found this
-        block's container too large (the C check only).
-        """
-        if self.csize is not None and not self.deep_skips:
-            segments, deep = self.csize.plan(block, is_map, GROUP_BYTES, self.leaves, sizes)
-            if deep:
-                self.deep_skips = _ORJSON_DEPTH
-            return segments
-        plan: list[Segment] = []
-        run_start = -1
-        run_bytes = 0
-        estimate = self.estimate
-        for idx in range(len(block)):
-            if is_map:
-                key, value = block[idx]
-                size = estimate(value) + (len(key) if type(key) is str else 8)
+    def step_sorting(self, frame: _Sorting, out: list[Piece]) -> None:
+        """Sort the next run of a large dict's keys; after the last, write the dict from a
+        lazy merge of the runs (ties keep the dict's order, as a stable sort does)."""
+        try:
+            keys = list(islice(frame.keys, self.limits.sort_run))
+        except RuntimeError:
+            raise self.error("dict changed size during encoding") from None
+        if keys:
+            if frame.texts is None and all(type(k) is str for k in keys):
+                keys.sort()
             else:
-                size = estimate(block[idx])
-            if size > GROUP_BYTES:
-                if run_start >= 0:
-                    plan.append((run_start, idx, _RUN))
-                    run_start = -1
-                plan.append((idx, idx + 1, _ALONE_BIG if size != _BIG else _ALONE))
-                continue
-            if run_start >= 0 and run_bytes + size > GROUP_BYTES:
-                plan.append((run_start, idx, _RUN))
-                run_start = -1
-            if run_start < 0:
-                run_start, run_bytes = idx, 0
-            run_bytes += size
-        if run_start >= 0:
-            plan.append((run_start, len(block), _RUN))
-        return plan
+                if frame.texts is None:  # the first key that is no str: texts from now on
+                    frame.texts = [list(run) for run in frame.runs]
+                texts = self.key_texts(keys)
+                order = sorted(range(len(keys)), key=texts.__getitem__)
+                frame.texts.append([texts[j] for j in order])
+                keys = [keys[j] for j in order]
+            frame.runs.append(keys)
+            return
+        self.stack.pop()
+        self.active.discard(id(frame.mapping))
+        merged: Iterator[Any]
+        if frame.texts is None:
+            merged = merge(*frame.runs)
+        else:
+            pairs = [zip(t, k, strict=True) for t, k in zip(frame.texts, frame.runs, strict=True)]
+            merged = map(_second, merge(*pairs, key=_first))
+        mapping = frame.mapping
+        items = map(partial(_item, mapping), merged)
+        self.push(
+            mapping,
+            frame.path,
+            frame.depth,
+            frame.chain,
+            is_map=True,
+            block=[],
+            source=items,
+            whole=mapping,
+            take=max(1, self.limits.sort_run // 4),
+        )
 
     def step_container(self, frame: _Container, out: list[Piece]) -> AnextRequest | None:
         """One step of a container: a group of small elements, or one large element.
@@ -814,9 +798,11 @@ class Walker:
         if frame.is_async:
             return AnextRequest(frame.source)  # type: ignore[arg-type]
         try:
-            nxt = list(islice(frame.source, MAX_GROUP))  # type: ignore[arg-type]
+            nxt = list(islice(frame.source, frame.take))  # type: ignore[arg-type]
         except RuntimeError as exc:
             raise self.error(str(exc)) from None
+        except KeyError:  # a sorted key gone from its dict
+            raise self.error("dict changed during encoding") from None
         self.next_block(frame, nxt)
         if not nxt:
             self.close(frame, out)
@@ -832,8 +818,8 @@ class Walker:
         if not block:
             frame.source = None
         frame.plan = (
-            self.plan(block, frame.is_map)
-            if block and frame.group and len(block) <= PLAN_ELEMENTS
+            self.sizer.plan(block, frame.is_map)
+            if block and frame.group and len(block) <= self.limits.plan_elements
             else None
         )
 
@@ -842,7 +828,7 @@ class Walker:
         start, end, kind = segment[0], segment[1], segment[2]
         frame.i += 1
         block = frame.block
-        if kind == _RUN:
+        if kind == RUN:
             part = block[start:end]
             group: Any = dict(part) if frame.is_map else part
             try:
@@ -851,7 +837,7 @@ class Walker:
                 piece = self.dump_group(group, frame.depth)
             except _JSONEncodeError:
                 # A bad value (or nesting orjson refuses) in the run: walk it one by one.
-                plan[frame.i - 1 : frame.i] = [(j, j + 1, _ALONE) for j in range(start, end)]
+                plan[frame.i - 1 : frame.i] = [(j, j + 1, ALONE) for j in range(start, end)]
                 frame.i -= 1
                 return
             if not frame.first:
@@ -860,7 +846,7 @@ class Walker:
             out.append(piece)
             return
         sizes = segment[3] if len(segment) > 3 else None
-        self.element(frame, start, out, big=kind == _ALONE_BIG, sizes=sizes)
+        self.element(frame, start, out, big=kind == ALONE_BIG, sizes=sizes)
 
     def element(
         self,
@@ -878,15 +864,22 @@ class Walker:
         depth = frame.depth
         if self.indent:
             out.append(self.newline(depth + 1))
-        if frame.is_map:
-            key, value = frame.block[i]
-            out.append(self.key_bytes(key))
-            out.append(b": " if self.indent else b":")
-            path: tuple[bool, object] = (True, key)
-        else:
-            value = frame.block[i]
+        if not frame.is_map:
             path = (False, frame.base + i)
-        self.enter(value, path, depth + 1, 0, out, big=big, sizes=sizes)
+            self.enter(frame.block[i], path, depth + 1, frame.chain, out, big=big, sizes=sizes)
+            return
+        key, value = frame.block[i]
+        path = (True, key)
+        colon = b": " if self.indent else b":"
+        if type(key) is str and len(key) > self.str_whole:
+            # A long key is written in slices too; its value follows.
+            after = (value, path, depth + 1, frame.chain)
+            self.stack.append(_Text(key, path, self.str_whole, tail=b'"' + colon, after=after))
+            out.append(b'"')
+            return
+        out.append(self.key_bytes(key))
+        out.append(colon)
+        self.enter(value, path, depth + 1, frame.chain, out, big=big, sizes=sizes)
 
     def step_adaptive(self, frame: _Container, out: list[Piece]) -> None:
         i = frame.i
@@ -903,42 +896,45 @@ class Walker:
         frame.i = i + 1
         self.element(frame, i, out, big=frame.group == 1)
 
+    def try_numbers(self, frame: _Container, block: Any, i: int) -> Piece | None:
+        """Write the next slice of a long run of numbers in one orjson call, if it is one."""
+        limit = self.limits.number_bytes
+        n = frame.numbers or max(1, limit // 20)  # at first, as if every number were a float
+        part = block if i == 0 and len(block) <= n else block[i : i + n]
+        size = self.sizer.numbers(part)
+        if size == BIG:
+            frame.numbers = -1  # a mixed list: grouped as any other from now on
+            return None
+        try:
+            piece = self.dump_group(part, frame.depth)
+        except _JSONEncodeError:
+            frame.numbers = -1  # a number orjson refuses: found by the groups
+            return None
+        frame.i = i + len(part)
+        # The next slice aims at ``number_bytes`` estimated (floats cost more than ints).
+        frame.numbers = max(1, len(part) * limit // max(size, 1))
+        return piece
+
     def try_group(self, frame: _Container, block: Any, i: int, g: int) -> Piece | None:
         """Write ``g`` or so elements from ``block[i]`` in one orjson call, if they are small.
 
         Returns None (and shrinks ``frame.group``) when they are not.
         """
-        depth = frame.depth
-        if not frame.is_map and type(block[i]) in _NumberSum:
-            n = frame.numbers
-            part = block if i == 0 and len(block) <= n else block[i : i + n]
-            if self.numbers_size(part) != _BIG:
-                try:
-                    piece = self.dump_group(part, depth)
-                except _JSONEncodeError:
-                    frame.group = 1
-                    return None
-                frame.i = i + len(part)
-                if len(part) == n:
-                    # Aim the next slice at NUMBER_SLICE_BYTES of output.
-                    frame.numbers = min(
-                        16 * NUMBERS_PER_SLICE,
-                        max(256, n * NUMBER_SLICE_BYTES // max(len(piece), 1)),
-                    )
+        limits = self.limits
+        if not frame.is_map and frame.numbers >= 0 and type(block[i]) in _NUMERIC:
+            piece = self.try_numbers(frame, block, i)
+            if piece is not None:
                 return piece
         if frame.cap > i:
             g = min(g, frame.cap - i)
         value = block[i][1] if frame.is_map else block[i]
         t = type(value)
-        if t not in self.plain:
+        if t not in self.settings.plain:
             # Not plain JSON (a dataclass, a subclass, ...): exploring it would wander into
             # its class; it is walked on its own.
             frame.group = 1
             return None
-        long_numbers = (
-            (t is list or t is tuple) and len(value) > 64 and type(value[0]) in _NumberSum
-        )
-        if g == 1 and long_numbers:
+        if g == 1 and (t is list or t is tuple) and len(value) > 64 and type(value[0]) in _NUMERIC:
             # A list of numbers alone: ``enter`` proves it so more cheaply. (The group may
             # be larger than g, cut to 1 by ``cap``: it must shrink, or this step repeats.)
             frame.group = 1
@@ -948,21 +944,24 @@ class Walker:
         if frame.is_map and len(group) != len(part):
             frame.group = 1  # keys equal as Python values (1 and 1.0): write one at a time
             return None
-        size = self.size([group])
-        if size > GROUP_BYTES:
+        limit = limits.group_bytes
+        size = self.sizer.size([group])
+        if size > limit:
             # Something in block[i:i+g] is large: no group may reach past it until it is found.
             frame.cap = i + g
-            frame.group = 1 if size == _BIG or g == 1 else max(1, g * GROUP_BYTES // size // 4)
+            frame.group = 1 if size == BIG or g == 1 else max(1, g * limit // size // 4)
             return None
         try:
-            piece = self.dump_group(group, depth)
+            piece = self.dump_group(group, frame.depth)
         except _JSONEncodeError:
             frame.group = 1
             frame.cap = i + g
             return None
         frame.i = i + len(part)
-        # Aim at half the limit, so that the next group rarely overshoots and is explored twice.
-        frame.group = min(MAX_GROUP, g * 4, max(1, g * (GROUP_BYTES // 2) // max(size, 1)))
+        # Aim at half the limit, so that the next group rarely overshoots and is explored
+        # twice; by what was written where that is more than estimated (escaped text).
+        cost = max(size, len(piece))
+        frame.group = min(limits.max_group, g * 4, max(1, g * (limit // 2) // max(cost, 1)))
         return piece
 
     def close(self, frame: _Container, out: list[Piece]) -> None:
@@ -973,19 +972,9 @@ class Walker:
             out.append(self.newline(frame.depth) + frame.closer)
 
 
-def _numbers_size(values: list[Any] | tuple[Any, ...]) -> int:
-    """Estimated JSON bytes of a list proven to hold only numbers by ``sum`` (far cheaper than
-    exploring it), or ``_BIG`` when it holds anything else (docs/design.md D3)."""
-    try:
-        total = sum(values)
-    except Exception:  # not plain numbers (numpy scalars overflow, say)
-        return _BIG
-    t = type(total)
-    if t is int:
-        return 8 * len(values)
-    if t is float:
-        return 20 * len(values)
-    return _BIG
+def _item(mapping: dict[Any, Any], key: Any) -> tuple[Any, Any]:
+    """The item of ``key`` (from the dict itself, as orjson reads a dict subclass)."""
+    return key, dict.__getitem__(mapping, key)
 
 
 def _is_numpy_float(obj: Any) -> bool:

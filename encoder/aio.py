@@ -1,10 +1,13 @@
 """Async drivers: encode on the event loop, giving it back whenever the time budget is spent.
 
-Works under asyncio and trio (through anyio); the yield policy is docs/design.md D4.
+Works under asyncio and trio; the yield policy is docs/design.md D4. Nothing here imports an
+event loop: the running one is found by sniffio at the first call, so importing the package
+does all the set-up and the first call does none on the loop.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import types
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
@@ -12,7 +15,6 @@ from time import perf_counter
 from typing import Any
 
 import sniffio
-from anyio.lowlevel import checkpoint
 
 from ._chunks import Chunker
 from ._walk import AnextRequest, Walker
@@ -45,10 +47,10 @@ def _asyncio_checkpoint() -> Generator[None, None, None]:
     yield
 
 
-async def aiterencode(
+def aiterencode(
     obj: Any,
     *,
-    option: int = 0,
+    option: int | None = 0,
     default: Callable[[Any], Any] | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     budget: float = DEFAULT_BUDGET,
@@ -78,21 +80,31 @@ async def aiterencode(
     if not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds, not {budget!r}")
     chunker = Chunker(chunk_size)
-    walk = Walker(
+    walker = Walker(
         obj,
         option=option,
         default=default,
         iterables=iterables,
         float_decimals=float_decimals,
         allow_async=True,
-    ).walk()
+    )
+    return _aiterencode(walker, chunker, budget)
+
+
+async def _aiterencode(
+    walker: Walker, chunker: Chunker, budget: float
+) -> AsyncGenerator[bytes, None]:
+    walk = walker.walk()
     add = chunker.add
     clock = perf_counter
     turn = _turn
     deadline = turn.given + budget
-    # On asyncio a bare yield is anyio's checkpoint without its per-call overhead (and
-    # without importing anyio's backend on the loop at the first call).
-    give_turn = _asyncio_checkpoint if sniffio.current_async_library() == "asyncio" else checkpoint
+    # On asyncio a bare yield is a checkpoint (as anyio's, without its per-call overhead);
+    # under trio, trio's own (trio is loaded: it runs this).
+    library = sniffio.current_async_library()
+    give_turn = (
+        _asyncio_checkpoint if library == "asyncio" else sys.modules[library].lowlevel.checkpoint
+    )
     reply: Any = None
     try:
         while True:
@@ -131,7 +143,7 @@ async def adump(
     obj: Any,
     write: Callable[[bytes], Awaitable[object]],
     *,
-    option: int = 0,
+    option: int | None = 0,
     default: Callable[[Any], Any] | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     budget: float = DEFAULT_BUDGET,

@@ -26,7 +26,7 @@ class SupportsWrite(Protocol):
 def encode(
     obj: Any,
     *,
-    option: int = 0,
+    option: int | None = 0,
     default: Callable[[Any], Any] | None = None,
     iterables: bool = False,
     float_decimals: int | None = None,
@@ -64,7 +64,7 @@ def encode(
 def iterencode(
     obj: Any,
     *,
-    option: int = 0,
+    option: int | None = 0,
     default: Callable[[Any], Any] | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     iterables: bool = False,
@@ -120,7 +120,7 @@ def dump(
     obj: Any,
     fp: SupportsWrite,
     *,
-    option: int = 0,
+    option: int | None = 0,
     default: Callable[[Any], Any] | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     iterables: bool = False,

@@ -15,14 +15,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import any_values, chunk_sizes, json_values, options, orjson_or_error
 
-from encoder import EncodeError, _walk
+from encoder import EncodeError, _size
 from encoder._chunks import Chunker
-from encoder._walk import GROUP_BYTES, Walker
+from encoder._settings import DEFAULT_LIMITS
+from encoder._walk import Walker
 
 BIG = 1 << 62
 DEEP = BIG + 1
 
-csize = _walk._csize
+csize = _size._csize
+GROUP_BYTES = DEFAULT_LIMITS.group_bytes
 
 
 def test_the_extension_is_built_where_a_compiler_is() -> None:
@@ -341,7 +343,7 @@ def test_a_long_lists_first_elements_are_measured_once(load_corpus: Any) -> None
             return csize.size(values, limit, leaves)  # type: ignore[union-attr]
 
     walker = Walker(value)
-    walker.csize = Counting()  # type: ignore[assignment]
+    walker.sizer.c = Counting()
     assert b"".join(walker) == orjson.dumps(value)  # type: ignore[arg-type]
     statuses = value["statuses"]
     assert not {id(s) for s in statuses[:16]} & set(checked)
@@ -411,25 +413,19 @@ def test_bad_arguments_are_refused() -> None:
 # -- the pure-Python fallback --------------------------------------------------------------
 
 
-@pytest.fixture
-def pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_walk, "_csize", None)
-    assert Walker(None).csize is None
-
-
 def _walked(value: Any, *, option: int = 0, chunk_size: int = 65536) -> bytes:
-    walker = Walker(value, option=option)
-    assert walker.csize is None
+    walker = Walker(value, option=option, native=False)
+    assert walker.sizer.c is None
     data = b"".join(walker)  # type: ignore[arg-type]
     for k in {chunk_size, 1 + len(data) // 3}:
         chunker = Chunker(k)
-        pieces = [c for p in Walker(value, option=option) for c in chunker.add(p) or []]  # type: ignore[arg-type]
+        walk = Walker(value, option=option, native=False)
+        pieces = [c for p in walk for c in chunker.add(p) or []]  # type: ignore[arg-type]
         last = chunker.flush()
         assert b"".join(pieces + ([last] if last else [])) == data
     return data
 
 
-@pytest.mark.usefixtures("pure_python")
 @given(value=json_values() | any_values(), option=options, chunk_size=chunk_sizes)
 def test_pure_python_fallback_matches_orjson(value: Any, option: int, chunk_size: int) -> None:
     expected, error = orjson_or_error(value, option=option)
@@ -440,21 +436,17 @@ def test_pure_python_fallback_matches_orjson(value: Any, option: int, chunk_size
             _walked(value, option=option, chunk_size=chunk_size)
 
 
-@pytest.mark.usefixtures("pure_python")
 def test_pure_python_fallback_on_the_corpus(load_corpus: Any) -> None:
     for name in JSON_FILES:
         value = load_corpus(name)
         assert _walked(value) == orjson.dumps(value), name
 
 
-def test_both_checks_group_a_large_document_alike(
-    load_corpus: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_both_checks_group_a_large_document_alike(load_corpus: Any) -> None:
     """Both checks cut twitter.json into steps of at most about GROUP_BYTES each."""
     value = load_corpus("twitter.json")
-    for impl in (csize, None):
-        monkeypatch.setattr(_walk, "_csize", impl)
-        pieces = [p for p in Walker(value) if p]
+    for native in (True, False):
+        pieces = [p for p in Walker(value, native=native) if p]
         assert b"".join(pieces) == orjson.dumps(value)  # type: ignore[arg-type]
         assert max(map(len, pieces)) < 4 * GROUP_BYTES
         assert len(pieces) > len(orjson.dumps(value)) // (4 * GROUP_BYTES)

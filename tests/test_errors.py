@@ -244,7 +244,8 @@ def _fresh_dict_default(obj: Any) -> Any:
 def test_cycle_through_default_returning_fresh_dicts() -> None:
     """default builds a new dict per call (the usual way to write one): the cycle goes through
     the Node objects, not through any one container. orjson stops (recursion limit); we must
-    raise too, soon, rather than write an endless document."""
+    raise too, soon, rather than write an endless document: at orjson's other limit, 255
+    ``default`` calls along one path."""
     a, b = Node("a"), Node("b")
     a.children.append(b)
     b.children.append(a)
@@ -254,7 +255,8 @@ def test_cycle_through_default_returning_fresh_dicts() -> None:
     # 64 KiB will never stop.
     with pytest.raises(EncodeError) as info:
         drain(iterencode(a, default=_fresh_dict_default, chunk_size=256), 256, limit=64 * 1024)
-    _circular(info.value)
+    assert info.value.message == "default serializer exceeds recursion limit"
+    assert info.value.path.count(".children[0]") == 255  # the 256th call is refused
 
 
 # -- argument checking --------------------------------------------------------------------------
