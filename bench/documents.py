@@ -1,8 +1,9 @@
 """The documents the benchmark encodes, each part rebuilt fresh on demand from a short spec.
 
 A spec is ``episode:<bytes>:<index>`` (a fresh copy of that episode of the benchmarks' one
-``EpisodeMaker``) or ``corpus:<name>`` (a file of ``tests/corpus`` re-parsed with
-``orjson.loads``), so a subprocess can rebuild the same part.
+``EpisodeMaker``), ``text:<bytes>:<seed>`` (the earlier text-heavy shape, ``text_episodes``)
+or ``corpus:<name>`` (a file of ``tests/corpus`` re-parsed with ``orjson.loads``), so a
+subprocess can rebuild the same part.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 import orjson
 
 from monitors.testing.episodes import EpisodeMaker, lognormal_sizes
+
+from .text_episodes import make_episode
 
 __all__ = [
     "CORPUS",
@@ -68,6 +71,9 @@ class Part:
         if kind == "episode":
             size, index = rest.split(":")
             return fresh_episode(int(size), index=int(index))
+        if kind == "text":
+            size, seed = rest.split(":")
+            return make_episode(int(size), seed=int(seed))
         if kind == "corpus":
             return orjson.loads(_corpus_bytes(rest))
         raise ValueError(f"unknown document spec {self.spec!r}")
@@ -76,7 +82,7 @@ class Part:
 @dataclass
 class Document:
     name: str
-    kind: str  # "episode" | "mix" | "corpus"
+    kind: str  # "episode" | "mix" | "text mix" | "corpus"
     parts: list[Part]
     sizes: list[int] = field(default_factory=list)  # orjson bytes of each part
 
@@ -92,7 +98,8 @@ class Document:
 
 
 def documents(mix_episodes: int) -> list[Document]:
-    """Episodes of 1, 6.4 and 60 MB, a production mix, and the four corpus files (measured)."""
+    """Episodes of 1, 6.4 and 60 MB, a production mix (also in the earlier text-heavy shape),
+    and the four corpus files (measured)."""
     docs = [
         Document(f"episode {label} MB", "episode", [Part(f"episode:{size}:0")])
         for label, size in (("1", 1 * MB), ("6.4", 6_400_000), ("60", 60 * MB))
@@ -100,6 +107,9 @@ def documents(mix_episodes: int) -> list[Document]:
     sizes = lognormal_sizes(mix_episodes, seed=MIX_SEED)
     parts = [Part(f"episode:{size}:{MIX_INDEX + i}") for i, size in enumerate(sizes)]
     docs.append(Document(f"production mix ({len(parts)} eps)", "mix", parts))
+    # The same sizes in the earlier, text-heavy shape (~25% arrays): a second row, no target.
+    text = [Part(f"text:{size}:{MIX_INDEX + i}") for i, size in enumerate(sizes)]
+    docs.append(Document(f"text-heavy mix ({len(text)} eps)", "text mix", text))
     docs.extend(
         Document(f"{name}.json", "corpus", [Part(f"corpus:{name}")]) for name in CORPUS_FILES
     )
