@@ -51,6 +51,7 @@ bench: $(VENV)/.synced
 	$(RUN) -m bench.file_monitor
 	$(RUN) -m bench.prime_monitor
 	$(RUN) -m bench.production
+	$(RUN) -m bench.adversarial
 
 # Each fuzz target for FUZZ_SECONDS (default 60); `make test` runs each for a few seconds.
 fuzz: $(VENV)/.synced

@@ -156,6 +156,11 @@ skip_same_numbers(State *s, PyObject **items, Py_ssize_t n, Py_ssize_t i)
     Py_ssize_t room = s->total > s->limit ? 1 : (s->limit - s->total) / per + 1;
     Py_ssize_t stop = n - i > room ? i + room : n;
     Py_ssize_t j = i;
+    /* four at a time: the loads of one group do not wait on the branch of the last */
+    while (j + 4 <= stop && Py_TYPE(items[j]) == t && Py_TYPE(items[j + 1]) == t
+           && Py_TYPE(items[j + 2]) == t && Py_TYPE(items[j + 3]) == t) {
+        j += 4;
+    }
     while (j < stop && Py_TYPE(items[j]) == t) {
         j++;
     }
@@ -377,6 +382,10 @@ csize_numbers(PyObject *module, PyObject *values)
     if (n > 0) {
         /* most often one type throughout: one pointer compared an element */
         PyTypeObject *first = Py_TYPE(items[0]);
+        while (i + 4 <= n && Py_TYPE(items[i]) == first && Py_TYPE(items[i + 1]) == first
+               && Py_TYPE(items[i + 2]) == first && Py_TYPE(items[i + 3]) == first) {
+            i += 4;
+        }
         while (i < n && Py_TYPE(items[i]) == first) {
             i++;
         }
