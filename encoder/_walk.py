@@ -169,8 +169,11 @@ class _Sorting:
     """A large dict's keys sorted a run at a time (``OPT_SORT_KEYS``); once every run is
     sorted, the dict is written from a lazy merge of the runs, in orjson's order.
 
-    Runs hold keys (and, where a key is not a str, the texts orjson sorts by), never item
-    tuples: half a million tuples kept alive would set off full collections (D7).
+    A run is a dict, in reverse sorted order, of the keys (and, once a key is met that is
+    not a str, the text each becomes). A dict holding only strs and numbers is not tracked by
+    the garbage collector, where a list of half a million keys would make the next young
+    collection visit every one (15 ms); and the merge takes each run's entries by
+    ``popitem``, so they are let go one by one as they are written, not all in its last step.
     """
 
     __slots__ = ("chain", "depth", "keys", "mapping", "path", "runs", "texts")
@@ -181,8 +184,8 @@ class _Sorting:
         self.depth = depth
         self.chain = chain
         self.keys = iter(dict.keys(mapping))
-        self.runs: list[list[Any]] = []  # each run's keys, sorted
-        self.texts: list[list[str]] | None = None  # each run's key texts, where a key is no str
+        self.runs: list[dict[Any, Any]] = []  # each run: key -> None, or key -> its text
+        self.texts = False
 
 
 _Frame: TypeAlias = _Container | _Text | _Array | _Sorting
@@ -553,6 +556,14 @@ class Walker:
             # is not a dataclass to it). Field by field: orjson never sorts a dataclass's
             # keys, so no group of them may go through one orjson call with OPT_SORT_KEYS.
             fields = self.dataclass_items(obj, path)
+            if self.decimals is None and self.sizer.size([v for _, v in fields]) <= (
+                self.limits.group_bytes
+            ):
+                try:  # small: orjson writes it, as it writes any dataclass
+                    out.append(self.dump_whole(obj, depth))
+                    return
+                except _JSONEncodeError:
+                    pass
             self.push(obj, path, depth, chain, is_map=True, block=fields, groups=False)
             out.append(b"{")
         elif isinstance(obj, enum.Enum):
@@ -736,25 +747,26 @@ class Walker:
         except RuntimeError:
             raise self.error("dict changed size during encoding") from None
         if keys:
-            if frame.texts is None and all(type(k) is str for k in keys):
-                keys.sort()
-            else:
-                if frame.texts is None:  # the first key that is no str: texts from now on
-                    frame.texts = [list(run) for run in frame.runs]
-                texts = self.key_texts(keys)
-                order = sorted(range(len(keys)), key=texts.__getitem__)
-                frame.texts.append([texts[j] for j in order])
-                keys = [keys[j] for j in order]
-            frame.runs.append(keys)
+            if not frame.texts and all(type(k) is str for k in keys):
+                keys.sort(reverse=True)
+                frame.runs.append(dict.fromkeys(keys))
+                return
+            if not frame.texts:  # the first key that is no str: texts from now on
+                frame.texts = True
+                frame.runs = [{k: k for k in run} for run in frame.runs]
+            texts = self.key_texts(keys)
+            # Ascending by text, ties in the dict's order; stored the other way round.
+            order = sorted(range(len(keys)), key=texts.__getitem__)
+            frame.runs.append({keys[j]: texts[j] for j in reversed(order)})
             return
         self.stack.pop()
         self.active.discard(id(frame.mapping))
         merged: Iterator[Any]
-        if frame.texts is None:
-            merged = merge(*frame.runs)
+        if not frame.texts:
+            merged = merge(*map(_drain_keys, frame.runs))
         else:
-            pairs = [zip(t, k, strict=True) for t, k in zip(frame.texts, frame.runs, strict=True)]
-            merged = map(_second, merge(*pairs, key=_first))
+            merged = map(_second, merge(*map(_drain_texts, frame.runs), key=_first))
+        frame.runs.clear()
         mapping = frame.mapping
         items = map(partial(_item, mapping), merged)
         self.push(
@@ -970,6 +982,21 @@ class Walker:
             out.append(frame.closer)
         else:
             out.append(self.newline(frame.depth) + frame.closer)
+
+
+def _drain_keys(run: dict[Any, Any]) -> Iterator[Any]:
+    """A sorted run's keys, smallest first, each let go as it is taken."""
+    popitem = run.popitem
+    while run:
+        yield popitem()[0]
+
+
+def _drain_texts(run: dict[Any, str]) -> Iterator[tuple[str, Any]]:
+    """A sorted run's ``(text, key)`` pairs, smallest text first, let go as they are taken."""
+    popitem = run.popitem
+    while run:
+        key, text = popitem()
+        yield text, key
 
 
 def _item(mapping: dict[Any, Any], key: Any) -> tuple[Any, Any]:
