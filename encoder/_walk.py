@@ -5,7 +5,7 @@ when to hand control back (docs/design.md D2). Every step does a bounded amount 
 group of small values handed to ``orjson.dumps`` whole, one slice of a long string, list or
 array, one run of a large dict's keys sorted, or the bracket and key of a large container.
 What is "small" is decided by the checks in ``_size`` (docs/design.md D3); what each type
-does on entering the walk is chosen from one table, ``Walker.entries``.
+does on entering the walk is chosen from one table, ``_ENTRIES``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import sys
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterator
+from datetime import date, datetime, time
 from functools import partial
 from heapq import merge
 from itertools import islice
@@ -189,8 +190,8 @@ class _Sorting:
 
 
 _Frame: TypeAlias = _Container | _Text | _Array | _Sorting
-#: What entering a value does: ``(value, path, depth, chain, out, big, sizes)``.
-_Entry: TypeAlias = Callable[[Any, Path, int, int, list[Piece], bool, Any], None]
+#: What entering a value does: ``(walker, value, path, depth, chain, out, big, sizes)``.
+_Entry: TypeAlias = Callable[[Any, Any, Path, int, int, list[Piece], bool, Any], None]
 
 
 class _Unsupported(Exception):
@@ -242,23 +243,9 @@ class Walker:
         self.stack: list[_Frame] = []
         self.active: set[int] = set()  # ids of the containers being walked (cycle check)
         self._newlines: list[bytes] = [b"\n"]
-        # The per-type table: what entering a value of exactly this type does; any other
-        # type (subclasses, dataclasses, enums, numpy, iterators, ``default``) is ``other``.
-        entries: dict[Any, _Entry] = {
-            str: self.enter_str,
-            list: self.enter_sequence,
-            tuple: self.enter_sequence,
-            dict: self.enter_dict,
-        }
-        for t in (int, float, bool, type(None), *settings.leaves):
-            entries[t] = self.enter_leaf
-        self.entries = entries
-        self.steps: dict[type, Callable[[Any, list[Piece]], AnextRequest | None]] = {
-            _Container: self.step_container,
-            _Text: self.step_text,
-            _Array: self.step_array,
-            _Sorting: self.step_sorting,
-        }
+        # What entering a value of exactly this type does (``_ENTRIES``), datetimes among the
+        # leaves unless passed through to ``default``; any other type goes to ``enter_other``.
+        self.entries = _ENTRIES_WITH_DATETIMES if settings.leaves else _ENTRIES
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -390,14 +377,14 @@ class Walker:
         A step that writes nothing yields ``b""``, so a driver can look at its clock.
         """
         stack = self.stack
-        steps = self.steps
+        steps = _STEPS
         out: list[Piece] = []
         self.enter(self.obj, None, 0, 0, out)
         yield from out
         while stack:
             out.clear()
             frame = stack[-1]
-            request = steps[type(frame)](frame, out)
+            request = steps[type(frame)](self, frame, out)
             if request is not None:
                 assert type(frame) is _Container
                 self.received(frame, (yield request))
@@ -425,8 +412,8 @@ class Walker:
         found it too large to write whole; ``sizes`` are its elements' estimates, as far as
         that plan measured them (see ``Segment``).
         """
-        entry: _Entry = self.entries.get(type(obj), self.enter_other)
-        entry(obj, path, depth, chain, out, big, sizes)
+        entry: _Entry = self.entries.get(type(obj), Walker.enter_other)
+        entry(self, obj, path, depth, chain, out, big, sizes)
 
     def enter_leaf(
         self, obj: Any, path: Path, depth: int, chain: int, out: list[Piece], *_: object
@@ -982,6 +969,27 @@ class Walker:
             out.append(frame.closer)
         else:
             out.append(self.newline(frame.depth) + frame.closer)
+
+
+# The tables hold plain functions, not methods bound to a walker: a walker holding its own
+# bound methods would be a reference cycle, garbage only a collection frees (D7).
+_ENTRIES: Final[dict[Any, _Entry]] = {
+    str: Walker.enter_str,
+    list: Walker.enter_sequence,
+    tuple: Walker.enter_sequence,
+    dict: Walker.enter_dict,
+    int: Walker.enter_leaf,
+    float: Walker.enter_leaf,
+    bool: Walker.enter_leaf,
+    type(None): Walker.enter_leaf,
+}
+_ENTRIES_WITH_DATETIMES: Final = _ENTRIES | dict.fromkeys((datetime, date, time), Walker.enter_leaf)
+_STEPS: Final[dict[type, Callable[[Walker, Any, list[Piece]], AnextRequest | None]]] = {
+    _Container: Walker.step_container,
+    _Text: Walker.step_text,
+    _Array: Walker.step_array,
+    _Sorting: Walker.step_sorting,
+}
 
 
 def _drain_keys(run: dict[Any, Any]) -> Iterator[Any]:

@@ -77,3 +77,32 @@ anyio.run(main, backend={backend!r})
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+def test_an_encoding_leaves_no_garbage_for_the_collector() -> None:
+    """Everything a walk makes is freed by reference counting, even when it raises: garbage
+    left for the collector sets off collections, which stall the loop (docs/design.md D7)."""
+    code = """
+import gc, sys
+from encoder import EncodeError, encode, iterencode
+
+class Unsupported:
+    pass
+
+value = {"a": [1, 2.5, "x" * 100_000], "b": [{"c": i} for i in range(2_000)]}
+gc.collect()
+gc.disable()
+for _ in range(20):
+    b"".join(iterencode(value, chunk_size=4096))
+    encode([value, [[[1]]] * 300], option=None)
+    try:
+        encode({"k": [Unsupported()]}, default=lambda o: o)
+    except EncodeError:
+        pass
+print(gc.collect())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == 0
