@@ -374,12 +374,20 @@ class Row:
     gc: list[tuple[int, float]] = field(default_factory=list)
 
     @property
+    def ours_ms(self) -> float:
+        """The longest the loop's thread ran our code in one go: its CPU time over the longest
+        stall, or in the longest step of the unprobed run, whichever is more."""
+        return max(self.cpu_at_max_ms or 0.0, max((cpu for _, cpu in self.steps_ms), default=0))
+
+    @property
     def ok(self) -> bool:
+        """Within target: the longest stall at most MAX_MS, or longer only where the loop's
+        thread was not running (the machine's stall, DESIGN section 5); and the p99."""
         p99 = self.input.p99_ms
         return (
             self.check in ("equal", "skipped: orjson refuses")
             and self.lag.count > 0
-            and self.lag.max <= MAX_MS
+            and (self.lag.max <= MAX_MS or self.ours_ms <= MAX_MS)
             and (p99 is None or self.lag.p99 <= p99)
         )
 
@@ -546,7 +554,9 @@ def _verdict(row: Row) -> str:
         return "BUG"
     if row.check.startswith("skipped: both refuse"):
         return "n/a"
-    return "met" if row.ok else "NOT met"
+    if not row.ok:
+        return "NOT met"
+    return "met" if row.lag.max <= MAX_MS else "met (machine)"
 
 
 def _idle_row(name: str, stats: LagStats, width: int) -> list[str]:
@@ -609,7 +619,9 @@ def footer(cfg: Config) -> list[str]:
         f"- lag max / p99 (ms), n samples: a task on the same asyncio loop asks to wake every "
         f"1 ms while aiterencode (default budget {budget:g} ms) streams a fresh copy of the "
         f"input to a no-op async sink; pooled over {cfg.sessions} session(s). Target: max <= "
-        f"{MAX_MS:g} ms on every input, and p99 <= {EPISODE_P99_MS:g} ms on the episode.",
+        f"{MAX_MS:g} ms on every input, and p99 <= {EPISODE_P99_MS:g} ms on the episode; "
+        f"'met (machine)': a longer stall during which the loop's thread ran our code for at "
+        f"most {MAX_MS:g} ms (CPU at max and step CPU max), as DESIGN section 5 judges a max.",
         "- CPU at max: the loop thread's CPU time (ms) over the longest stall: well under the "
         "stall means the thread was kept off its core or stood still (the machine), not a "
         "long step of ours.",

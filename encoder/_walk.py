@@ -351,17 +351,27 @@ class Walker:
 
     def sorted_items(self, items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         """A short list of dict items in orjson's sorted order."""
-        if all(type(k) is str for k, _ in items):
+        keys = [k for k, _ in items]
+        if all(type(k) is str for k in keys):
+            self.check_keys(keys)
             items.sort(key=_first)
             return items
-        keys = [k for k, _ in items]
         keyed = sorted(zip(self.key_texts(keys), items, strict=True), key=_first)
         return [item for _, item in keyed]
+
+    def check_keys(self, keys: list[str]) -> None:
+        """Raise for the first str key orjson cannot write: sorting, orjson reads every key
+        before any value, so a bad key is the error even where a value before it is bad."""
+        try:
+            _dumps(keys)
+        except _JSONEncodeError:
+            for key in keys:
+                self.key_bytes(key)
 
     def unsupported(self, obj: Any) -> str:
         """orjson's message for an object it cannot write (when ``default`` fails on it)."""
         try:
-            _dumps(obj, option=self.inner)
+            _dumps(obj, option=self.inner, default=_probe_default)
         except _JSONEncodeError as exc:
             return str(exc)
         return f"Type is not JSON serializable: {type(obj).__name__}"
@@ -474,15 +484,17 @@ class Walker:
             # A record-like dict: plan it from its values (a long list of numbers among them
             # is then proven numeric in one pass); whole if the plan is one run.
             block = list(dict.items(obj))
-            if self.settings.sort:
-                block = self.sorted_items(block)
             plan = self.sizer.plan(block, True)
             if len(plan) <= 1 and (not plan or plan[0][2] == RUN):
                 try:
-                    out.append(self.dump_whole(obj, depth))
+                    out.append(self.dump_whole(obj, depth))  # orjson sorts it if asked
                     return
                 except _JSONEncodeError:
                     plan = [(j, j + 1, ALONE) for j in range(len(block))]
+            if self.settings.sort:
+                block = self.sorted_items(block)
+                if any(segment[2] != ALONE for segment in plan):  # else: one by one anyway
+                    plan = self.sizer.plan(block, True)
             self.push(obj, path, depth, chain, is_map=True, block=block, whole=obj, plan=plan)
             out.append(b"{")
             return
@@ -711,7 +723,9 @@ class Walker:
         if not frame.first:
             out.append(b",")
         frame.first = False
-        if frame.rows == 1 and array[i].size * 20 > self.limits.number_bytes:
+        if frame.rows == 1 and array.ndim > 1 and array[i].size * 20 > self.limits.number_bytes:
+            # A large row, written as an array of its own (a single element would be a numpy
+            # scalar, which orjson may refuse where it writes the array: longlong).
             frame.i = i + 1
             if self.indent:
                 out.append(self.newline(depth + 1))
@@ -735,6 +749,7 @@ class Walker:
             raise self.error("dict changed size during encoding") from None
         if keys:
             if not frame.texts and all(type(k) is str for k in keys):
+                self.check_keys(keys)
                 keys.sort(reverse=True)
                 frame.runs.append(dict.fromkeys(keys))
                 return

@@ -49,16 +49,24 @@ def encode(
         is not one orjson accepts.
     :raises ValueError: ``float_decimals`` is out of range.
     """
+    # orjson's message and cause only: keeping its exception here would tie it to this
+    # frame in a reference cycle when the walk raises too.
+    refused: tuple[str, BaseException | None] | None = None
     if float_decimals is None and not iterables:
         try:
             return orjson.dumps(obj, option=option, default=default)
-        except orjson.JSONEncodeError:
-            pass
-    return b"".join(
+        except orjson.JSONEncodeError as exc:
+            refused = (str(exc), exc.__cause__)
+    data = b"".join(
         Walker(
             obj, option=option, default=default, iterables=iterables, float_decimals=float_decimals
         )  # type: ignore[arg-type]
     )
+    if refused is not None and refused[0] != "Recursion limit reached":
+        # orjson refused it for a reason the walk does not go beyond, yet the walk wrote it:
+        # a ``default`` that changes what it is given saw it again. orjson's answer stands.
+        raise EncodeError(refused[0]) from refused[1]
+    return data
 
 
 def iterencode(
