@@ -55,7 +55,7 @@ class Limits:
     number_bytes: int = 128 * 1024
     max_group: int = 4096
     plan_elements: int = 32
-    sort_run: int = 2048
+    sort_run: int = 1024
 
     def __post_init__(self) -> None:
         if not 1 <= self.plan_elements <= 32:

@@ -780,7 +780,7 @@ class Walker:
             block=[],
             source=items,
             whole=mapping,
-            take=max(1, self.limits.sort_run // 4),
+            take=max(1, self.limits.sort_run // 8),  # ~2 us an item through the merge
         )
 
     def step_container(self, frame: _Container, out: list[Piece]) -> AnextRequest | None:
