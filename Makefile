@@ -71,6 +71,8 @@ docs-check: docs
 docs-data: $(VENV)/.synced
 	$(RUN) -m bench --json docs/data/encoder.json > docs/data/encoder.md.tmp
 	mv docs/data/encoder.md.tmp docs/data/encoder.md
+	$(RUN) -m bench.adversarial --json docs/data/adversarial.json > docs/data/adversarial.md.tmp
+	mv docs/data/adversarial.md.tmp docs/data/adversarial.md
 	$(RUN) -m bench.file_monitor --quick > docs/data/file_monitor.md.tmp
 	mv docs/data/file_monitor.md.tmp docs/data/file_monitor.md
 	$(RUN) -m bench.prime_monitor > docs/data/prime_monitor.md.tmp
