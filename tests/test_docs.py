@@ -126,7 +126,7 @@ def test_benchmark_placeholders_resolve(docs_on_path: None) -> None:
     page = (DOCS / "benchmarks.md").read_text()
     placeholders = list(hooks._SNAPSHOT.finditer(page))
     assert len(placeholders) >= 8
-    assert {m["file"] for m in placeholders} == {"encoder.md", "loadtest.md"}
+    assert {m["file"] for m in placeholders} == {"encoder.md", "adversarial.md", "loadtest.md"}
     for m in placeholders:
         assert hooks.snapshot_block(m["file"], m["prefix"]).startswith(m["prefix"])
 
