@@ -27,6 +27,8 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
+from monitors.testing.episodes import _ASCII_WORDS as _EPISODE_WORDS
+
 __all__ = ["MIN_BYTES", "make_episode"]
 
 #: Smallest episode made (below this the fixed structure dominates and sizes drift).
@@ -39,19 +41,8 @@ TOKEN_SHARE: Final = 0.25
 _BYTES_PER_TOKEN: Final = 29.0
 _VOCAB_SIZE: Final = 151_000
 
-_ASCII_TEXT: Final = (
-    "the of and to in is that for it as with was on be by this are or from at an which but not "
-    "have has had were can will would should could may might must one two three first last "
-    "model answer question step reason because therefore however so thus let we consider then "
-    "value function return result error test file path data list dict string number integer "
-    "float token reward episode policy gradient loss batch sample environment tool call output "
-    "input user assistant system prompt context window sequence length memory time check verify "
-    "compute solve equation proof lemma theorem case assume suppose given find show note hence "
-    "import def class self None True False if else elif for while try except raise yield async "
-    "await lambda print len range sorted open read write json orjson numpy array shape dtype "
-    "x y z i j k n m a b c 0 1 2 3 4 5 7 10 12 42 100 256 1024 3.14 2.718 1e-5 0x1F"
-)
-_ASCII_WORDS: Final = _ASCII_TEXT.split()
+# The plain-text vocabulary is the one episode maker's (monitors.testing.episodes).
+_ASCII_WORDS: Final = list(_EPISODE_WORDS)
 _ASCII_SPECIAL: Final = (
     '"quoted"',
     "'single'",
