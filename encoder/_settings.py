@@ -48,6 +48,8 @@ class Limits:
     :param plan_elements: Containers this short are planned element by element (at most 32,
         what the C planner holds).
     :param sort_run: Items of a large dict sorted in one step (``OPT_SORT_KEYS``).
+    :param chain_levels: Levels of nested one-element containers entered (or closed) in
+        one step.
     """
 
     group_bytes: int = 128 * 1024
@@ -56,11 +58,19 @@ class Limits:
     max_group: int = 4096
     plan_elements: int = 32
     sort_run: int = 1024
+    chain_levels: int = 256
 
     def __post_init__(self) -> None:
         if not 1 <= self.plan_elements <= 32:
             raise ValueError("plan_elements must be from 1 to 32")
-        for name in ("group_bytes", "str_bytes", "number_bytes", "max_group", "sort_run"):
+        for name in (
+            "group_bytes",
+            "str_bytes",
+            "number_bytes",
+            "max_group",
+            "sort_run",
+            "chain_levels",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive")
 

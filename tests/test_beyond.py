@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import math
 import time
@@ -26,6 +27,8 @@ from strategies import (
 )
 
 from encoder import EncodeError, dump, encode, iterencode
+from encoder._settings import Limits
+from encoder._walk import AnextRequest, Piece, Walker
 
 # -- unlimited depth ----------------------------------------------------------------------------
 
@@ -109,6 +112,82 @@ def test_deep_error_path() -> None:
     with pytest.raises(EncodeError) as info:
         encode(value)
     assert info.value.path == "$" + "[0]" * 1000
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_depth_adds_no_object_for_the_collector(kind: str) -> None:
+    """Nesting 100,000 deep: what the walk holds at the innermost level is a few objects, not
+    one or more a level, or full collections (~100 ms each here) set off while it walks."""
+    value, _ = _deep(kind, DEPTH)
+    walker = Walker(value)
+    pieces = iter(walker)
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(DEPTH // 256 + 2):  # every level opened, 256 a step
+        next(pieces)
+    tracked = len(gc.get_objects()) - before
+    assert len(walker.stack) <= 2
+    # (a set of ids per region of memory is among them: a few dozen)
+    assert tracked < DEPTH // 100, f"{tracked} more objects for the collector at depth {DEPTH}"
+    assert _walked(pieces).endswith(b"]" * 100 if kind == "list" else b"}" * 100)
+
+
+def _walked(pieces: Any) -> bytes:
+    """The bytes of a bare walk's pieces (or of what is left of them)."""
+    out: list[Piece] = []
+    for piece in pieces:
+        assert not isinstance(piece, AnextRequest)
+        out.append(piece)
+    return b"".join(out)
+
+
+def _chain(kinds: str, leaf: Any) -> Any:
+    value = leaf
+    for k in reversed(kinds):
+        value = {"k": value} if k == "d" else [value] if k == "l" else (value,)
+    return value
+
+
+@pytest.mark.parametrize("levels", [1, 3, 1024])
+@pytest.mark.parametrize(
+    "option",
+    [0, orjson.OPT_INDENT_2, orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2, orjson.OPT_NON_STR_KEYS],
+)
+def test_chains_of_one_element_containers(option: int, levels: int) -> None:
+    """Runs of one-element lists, tuples and dicts, some cut by a larger container or a long
+    key, walked a few levels a step: orjson's bytes."""
+    long_key = "L" * 200_000
+    values = [
+        _chain("l" * 7, [1, {"x": [2, 3]}]),
+        _chain("dldtl" * 20, "leaf"),
+        _chain("ll", {"a": _chain("dd", []), "b": _chain("t", {})}),
+        {long_key: _chain("dl", 5)},
+        [_chain("d", {1: [True]} if option & orjson.OPT_NON_STR_KEYS else {"1": [True]})],
+    ]
+    limits = Limits(group_bytes=1, chain_levels=levels)
+    for value in values:
+        assert _walked(Walker(value, option=option, limits=limits)) == orjson.dumps(
+            value, option=option
+        )
+
+
+def test_a_chain_level_changed_while_walked() -> None:
+    inner: list[Any] = [[["x" * 300_000]]]
+    outer = {"a": [inner]}
+    pieces = iter(Walker(outer, limits=Limits(chain_levels=1)))
+    assert _walked(next(pieces) for _ in range(3)) == b'{"a":[['  # a level a step
+    inner.append(1)  # a level already entered, one element no more
+    with pytest.raises(EncodeError, match="list changed size during encoding") as info:
+        _walked(pieces)
+    assert info.value.path == "$.a[0]"
+
+
+def test_a_cycle_through_a_chain() -> None:
+    loop: list[Any] = []
+    loop.append({"k": [loop]})
+    with pytest.raises(EncodeError, match="Circular reference detected") as info:
+        b"".join(iterencode([loop]))
+    assert info.value.path == "$[0][0].k[0]"
 
 
 # -- float_decimals -----------------------------------------------------------------------------

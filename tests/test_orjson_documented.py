@@ -36,7 +36,13 @@ from encoder.aio import _aiterencode
 from encoder.sync import _iterencode
 
 SMALLEST = Limits(
-    group_bytes=1, str_bytes=1, number_bytes=1, max_group=1, plan_elements=1, sort_run=1
+    group_bytes=1,
+    str_bytes=1,
+    number_bytes=1,
+    max_group=1,
+    plan_elements=1,
+    sort_run=1,
+    chain_levels=1,
 )
 
 

@@ -83,7 +83,13 @@ broad = settings(max_examples=max(10, settings().max_examples // 2))
 
 #: The smallest limits there are.
 SMALLEST = Limits(
-    group_bytes=1, str_bytes=1, number_bytes=1, max_group=1, plan_elements=1, sort_run=1
+    group_bytes=1,
+    str_bytes=1,
+    number_bytes=1,
+    max_group=1,
+    plan_elements=1,
+    sort_run=1,
+    chain_levels=1,
 )
 
 #: Chunk sizes, 1 often.
