@@ -458,3 +458,22 @@ def test_many_small_objects_of_user_classes_walk_fast(kind: str) -> None:
     elapsed = min(time.perf_counter() - started, time.thread_time() - started_cpu)
     assert got == expected
     assert elapsed < 1.0, f"{elapsed:.2f} s for 10,000 {kind} instances"
+
+
+@pytest.mark.parametrize("sort_run", [1, 2, 3, 1024])
+def test_keys_of_the_same_text_sorted_in_the_dicts_order(sort_run: int) -> None:
+    """With OPT_NON_STR_KEYS | OPT_SORT_KEYS two keys can become the same text (1 and "1");
+    orjson's sort may write them either way, the walk writes them in the dict's order (a
+    stable sort), wherever the runs it sorts apart are cut."""
+    value: dict[Any, Any] = {"b": 0, 1: "int", "a": 0, "1": "str", None: 0, "null": 1}
+    value.update({f"k{i}": i for i in range(40)})  # more than a planned dict holds
+
+    def text(key: Any) -> str:  # what the key becomes, as orjson writes it
+        written = orjson.dumps({key: None}, option=orjson.OPT_NON_STR_KEYS)
+        return str(next(iter(orjson.loads(written))))
+
+    texts = sorted(((text(k), k) for k in value), key=lambda tk: tk[0])  # stable
+    option = orjson.OPT_NON_STR_KEYS | orjson.OPT_SORT_KEYS
+    got = _walked(Walker(value, option=option, limits=Limits(group_bytes=1, sort_run=sort_run)))
+    pairs = [f'"{t}":{orjson.dumps(value[k]).decode()}' for t, k in texts]
+    assert got == ("{" + ",".join(pairs) + "}").encode()
