@@ -368,16 +368,22 @@ class Row:
     out_bytes: int = 0
     check: str = ""  # "equal", "skipped: ...", or what went wrong
     steps_ms: list[tuple[float, float]] = field(default_factory=list)  # (wall, CPU), no probe
+    probed_steps_ms: list[tuple[float, float]] = field(default_factory=list)  # under the probe
     session_s: list[float] = field(default_factory=list)
     lag: LagStats = field(default_factory=lambda: LagStats.of([]))
     cpu_at_max_ms: float | None = None  # the loop thread's CPU time over the longest stall
     gc: list[tuple[int, float]] = field(default_factory=list)
 
     @property
+    def all_steps_ms(self) -> list[tuple[float, float]]:
+        return self.steps_ms + self.probed_steps_ms
+
+    @property
     def ours_ms(self) -> float:
-        """The longest the loop's thread ran our code in one go: its CPU time over the longest
-        stall, or in the longest step of the unprobed run, whichever is more."""
-        return max(self.cpu_at_max_ms or 0.0, max((cpu for _, cpu in self.steps_ms), default=0))
+        """The longest step: the most CPU time the loop's thread spent in one of our turns,
+        in the unprobed run or under the probe. (The probe's longest stall can hold two turns:
+        asyncio runs a timer that fell due during one turn after the next.)"""
+        return max((cpu for _, cpu in self.all_steps_ms), default=0.0)
 
     @property
     def ok(self) -> bool:
@@ -476,12 +482,26 @@ async def _null_sink(chunk: bytes) -> None:
     return None
 
 
-async def probed(inp: Input, value: Any, probe: LoopLagProbe) -> float:
-    """``aiterencode`` at the default budget to a no-op sink, under the probe."""
+async def probed(
+    inp: Input, value: Any, probe: LoopLagProbe, steps: list[tuple[float, float]]
+) -> float:
+    """``aiterencode`` at the default budget to a no-op sink, under the probe; each turn's
+    wall and CPU ms are added to ``steps``."""
+    clock = StepClock()
     t0 = time.perf_counter()
     async with probe:
-        async for chunk in encoder.aiterencode(value, option=inp.option, default=inp.default):
-            await _null_sink(chunk)
+        agen = encoder.aiterencode(value, option=inp.option, default=inp.default)
+        try:
+            while True:
+                try:
+                    chunk = await _Steps(agen.__anext__(), clock)
+                except StopAsyncIteration:
+                    break
+                await _null_sink(chunk)
+        finally:
+            await agen.aclose()
+    clock.turn()
+    steps.extend(clock.steps)
     return time.perf_counter() - t0
 
 
@@ -525,7 +545,7 @@ def measure(inp: Input, cfg: Config) -> Row:
     for _ in range(cfg.sessions):
         value = _fresh(inp)
         with GcWatch() as watch:
-            row.session_s.append(asyncio.run(probed(inp, value, probe)))
+            row.session_s.append(asyncio.run(probed(inp, value, probe, row.probed_steps_ms)))
         row.gc += watch.collections
         del value
     row.lag = probe.stats()
@@ -595,10 +615,10 @@ def report_table(rows: list[Row], idle_start: LagStats, idle_end: LagStats) -> s
             _f(r.lag.p99) if r.lag.count else "",
             str(r.lag.count),
             _f(r.cpu_at_max_ms),
-            _f(max((w for w, _ in r.steps_ms), default=None)),
-            _f(max((c for _, c in r.steps_ms), default=None)),
-            str(len(r.steps_ms)),
-            str(sum(c > MAX_MS for _, c in r.steps_ms)),
+            _f(max((w for w, _ in r.all_steps_ms), default=None)),
+            _f(max((c for _, c in r.all_steps_ms), default=None)),
+            str(len(r.all_steps_ms)),
+            str(sum(c > MAX_MS for _, c in r.all_steps_ms)),
             _gc(r.gc),
             _verdict(r),
         ]
@@ -620,16 +640,18 @@ def footer(cfg: Config) -> list[str]:
         f"1 ms while aiterencode (default budget {budget:g} ms) streams a fresh copy of the "
         f"input to a no-op async sink; pooled over {cfg.sessions} session(s). Target: max <= "
         f"{MAX_MS:g} ms on every input, and p99 <= {EPISODE_P99_MS:g} ms on the episode; "
-        f"'met (machine)': a longer stall during which the loop's thread ran our code for at "
-        f"most {MAX_MS:g} ms (CPU at max and step CPU max), as DESIGN section 5 judges a max.",
+        f"'met (machine)': a longer stall, but no step of ours over {MAX_MS:g} ms of the loop "
+        "thread's CPU time (step CPU max), as DESIGN section 5 judges a max.",
         "- CPU at max: the loop thread's CPU time (ms) over the longest stall: well under the "
-        "stall means the thread was kept off its core or stood still (the machine), not a "
-        "long step of ours.",
-        "- step max, step CPU max (ms), steps: a separate run without the probe, which also "
-        "checks the output: the longest stretch the task held the loop between two of its "
-        "turns (wall time), the most CPU time the loop's thread spent in one such stretch (a "
-        "wall time well above it is the machine's), how many turns it gave, and in how many "
-        f"of those stretches the thread ran for more than {MAX_MS:g} ms of CPU time.",
+        "stall means the thread was kept off its core or stood still (the machine). It can "
+        "hold two of our steps and the probe's: asyncio runs a timer that fell due during "
+        "one step after the next.",
+        "- step max, step CPU max (ms), steps: over a separate run without the probe (which "
+        "also checks the output) and the probed sessions: the longest stretch the task held "
+        "the loop between two of its turns (wall time), the most CPU time the loop's thread "
+        "spent in one such stretch (a wall time well above it is the machine's), how many "
+        "turns it gave, and in how many of those stretches the thread ran for more than "
+        f"{MAX_MS:g} ms of CPU time.",
         "- gc: collections by generation during the probed sessions, and the longest pause.",
         f"- idle loop: the same probe on an empty loop for {cfg.idle_seconds:g} s at the start "
         "and at the end of the run: the machine's own stalls.",
@@ -667,12 +689,12 @@ def payload(
                 "aiter_session_s": r.session_s,
                 "lag_ms": r.lag.__dict__,
                 "cpu_at_max_ms": r.cpu_at_max_ms,
-                "steps": len(r.steps_ms),
+                "steps": len(r.all_steps_ms),
                 "steps_over_ms_cpu": {
-                    str(t): sum(c > t for _, c in r.steps_ms) for t in (1.0, MAX_MS, 10.0)
+                    str(t): sum(c > t for _, c in r.all_steps_ms) for t in (1.0, MAX_MS, 10.0)
                 },
-                "longest_steps_wall_cpu_ms": sorted(r.steps_ms, reverse=True)[:10],
-                "most_cpu_steps_wall_cpu_ms": sorted(r.steps_ms, key=lambda s: -s[1])[:10],
+                "longest_steps_wall_cpu_ms": sorted(r.all_steps_ms, reverse=True)[:10],
+                "most_cpu_steps_wall_cpu_ms": sorted(r.all_steps_ms, key=lambda s: -s[1])[:10],
                 "gc": {
                     "collections_by_generation": [
                         sum(g == gen for g, _ in r.gc) for gen in range(3)
