@@ -459,11 +459,11 @@ class StepClock:
         self.start, self.cpu = time.perf_counter(), time.thread_time()
 
 
-async def stepped(inp: Input, value: Any) -> tuple[list[tuple[float, float]], bytes]:
-    """``aiterencode`` without the probe: each step's wall and CPU ms, and the chunks
-    joined."""
-    chunks: list[bytes] = []
-    clock = StepClock()
+async def _drive(
+    inp: Input, value: Any, clock: StepClock, sink: Callable[[bytes], Awaitable[object]]
+) -> None:
+    """``aiterencode`` at the default budget, each chunk awaited into ``sink``, each step
+    noted in ``clock``."""
     agen = encoder.aiterencode(value, option=inp.option, default=inp.default)
     try:
         while True:
@@ -471,10 +471,22 @@ async def stepped(inp: Input, value: Any) -> tuple[list[tuple[float, float]], by
                 chunk = await _Steps(agen.__anext__(), clock)
             except StopAsyncIteration:
                 break
-            chunks.append(chunk)
+            await sink(chunk)
     finally:
         await agen.aclose()
     clock.turn()
+
+
+async def stepped(inp: Input, value: Any) -> tuple[list[tuple[float, float]], bytes]:
+    """``aiterencode`` without the probe: each step's wall and CPU ms, and the chunks
+    joined."""
+    chunks: list[bytes] = []
+
+    async def keep(chunk: bytes) -> None:
+        chunks.append(chunk)
+
+    clock = StepClock()
+    await _drive(inp, value, clock, keep)
     return clock.steps, b"".join(chunks)
 
 
@@ -490,17 +502,7 @@ async def probed(
     clock = StepClock()
     t0 = time.perf_counter()
     async with probe:
-        agen = encoder.aiterencode(value, option=inp.option, default=inp.default)
-        try:
-            while True:
-                try:
-                    chunk = await _Steps(agen.__anext__(), clock)
-                except StopAsyncIteration:
-                    break
-                await _null_sink(chunk)
-        finally:
-            await agen.aclose()
-    clock.turn()
+        await _drive(inp, value, clock, _null_sink)
     steps.extend(clock.steps)
     return time.perf_counter() - t0
 
