@@ -15,7 +15,6 @@ import socket
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -171,7 +170,8 @@ async def test_valid_upload_is_committed_and_counted(server: TracesServer) -> No
     assert answer.status == 200, answer.body
     assert answer.body["status"] == "committed"
     assert answer.body["lines"] == len(records)
-    uuid.UUID(answer.body["upload_id"])
+    # the upload id is the content digest, 64 lowercase hex (prime-traces' UploadReceipt)
+    assert answer.body["upload_id"] == hashlib.sha256(upload.lines).hexdigest()
     stats = await server.astats()
     assert stats["requests"] == {"200": 1}
     assert stats["uploads"] == 1
@@ -245,7 +245,8 @@ async def test_auth(server: TracesServer, api_key: str | None, status: int) -> N
 async def test_wrong_team_is_forbidden(server: TracesServer, team: str | None) -> None:
     answer = await post(server, GOOD.but(team=team))
     assert answer.status == 403, answer.body
-    assert "X-Prime-Team-ID" in answer.body["detail"]
+    assert answer.body["error"]["code"] == "forbidden"
+    assert "X-Prime-Team-ID" in answer.body["error"]["message"]
 
 
 @pytest.mark.anyio
@@ -262,7 +263,8 @@ async def test_wrong_team_is_forbidden(server: TracesServer, team: str | None) -
         ({"metadata": None}, "no 'metadata' part"),
         ({"metadata": b"{not json"}, "metadata part is not JSON"),
         ({"metadata": b'{"schema_version": 2, "context": {}}'}, "schema_version must be 1"),
-        ({"metadata": b'{"schema_version": 1}'}, "context"),
+        ({"metadata": b'{"schema_version": 1, "context": [1]}'}, "context must map strings"),
+        ({"metadata": b'{"schema_version": 1, "context": {"step": 3}}'}, "to strings, not"),
         ({"traces_headers": TRACES_PART_HEADERS[:2]}, "Content-Encoding must be gzip"),
         (
             {"traces_headers": (("Content-Disposition", 'form-data; name="traces"'),)},
@@ -275,8 +277,19 @@ async def test_protocol_errors_are_400(
 ) -> None:
     answer = await post(server, GOOD.but(**change))
     assert answer.status == 400, answer.body
-    assert needle in answer.body["detail"]
+    assert needle in answer.body["error"]["message"]
     assert server.stats()["lines_stored"] == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "metadata",
+    [b'{"schema_version": 1}', b'{"schema_version": 1, "context": {"run_type": "train"}}'],
+    ids=["no context (the SDK's default)", "strings"],
+)
+async def test_metadata_the_sdk_sends_is_taken(server: TracesServer, metadata: bytes) -> None:
+    answer = await post(server, GOOD.but(metadata=metadata))
+    assert answer.status == 200, answer.body
 
 
 @pytest.mark.anyio
@@ -284,10 +297,11 @@ async def test_a_line_that_is_not_json_is_named(server: TracesServer) -> None:
     lines = b'{"id": 1}\n{"id": 2}\n{"id": 3,\n{"id": 4}\n'
     answer = await post(server, Upload(lines))
     assert answer.status == 400
-    assert "line 3 is not JSON" in answer.body["detail"], answer.body
+    assert answer.body["error"]["code"] == "invalid_trace", answer.body
+    assert "line 3 is not JSON" in answer.body["error"]["message"]
     empty_line = await post(server, Upload(b'{"id": 1}\n\n{"id": 2}\n'))
     assert empty_line.status == 400
-    assert "line 2 is not JSON" in empty_line.body["detail"]
+    assert "line 2 is not JSON" in empty_line.body["error"]["message"]
 
 
 @pytest.mark.anyio
@@ -304,27 +318,33 @@ async def test_a_body_that_is_not_multipart_is_400(server: TracesServer) -> None
         session.post(server.url + TRACES_PATH, data=cut, headers=GOOD.headers()) as r,
     ):
         assert r.status == 400
-        assert "closing boundary" in (await r.json())["detail"]
+        assert "closing boundary" in (await r.json())["error"]["message"]
 
 
 @pytest.mark.anyio
-async def test_limits_are_413() -> None:
+async def test_limits_are_400_with_the_services_codes() -> None:
+    """The service answers a limit with 400 and a code (as prime-traces' ``ErrorCode``
+    lists them), not 413."""
     limits = {"max_batch_bytes": 2000, "max_batch_lines": 20, "max_line_bytes": 300}
     async with TracesServer(**limits) as server:
         small = Upload(ndjson([{"id": i} for i in range(20)]), team=None)
         assert (await post(server, small)).status == 200
         too_many = Upload(ndjson([{"id": i} for i in range(21)]), team=None)
-        assert (await post(server, too_many)).status == 413
+        answer = await post(server, too_many)
+        assert answer.status == 400
+        assert answer.body["error"]["code"] == "too_many_traces_in_upload"
         long_line = Upload(ndjson([{"id": 1, "text": "x" * 300}]), team=None)
         answer = await post(server, long_line)
-        assert answer.status == 413
-        assert "line 1" in answer.body["detail"]
+        assert answer.status == 400
+        assert answer.body["error"]["code"] == "trace_too_large"
+        assert "line 1" in answer.body["error"]["message"]
         # 10 MB of zeros is a few KB of gzip: refused at the limit, not inflated whole.
         bomb = Upload(b"0" * 10_000_000, team=None)
         answer = await post(server, bomb)
-        assert answer.status == 413
-        assert "over 2000 bytes" in answer.body["detail"]
-        assert server.stats()["requests"] == {"200": 1, "413": 3}
+        assert answer.status == 400
+        assert answer.body["error"]["code"] == "upload_too_large"
+        assert "over 2000 bytes" in answer.body["error"]["message"]
+        assert server.stats()["requests"] == {"200": 1, "400": 3}
 
 
 # -- faults -----------------------------------------------------------------------------------
@@ -585,13 +605,13 @@ def test_check_traces_stops_at_the_first_limit() -> None:
     ok = check_traces([gzip.compress(b"1\n2\n3\n")], limits, keep_lines=True)
     assert (ok.line_count, ok.lines) == (3, [b"1", b"2", b"3"])
     assert ok.key == "sha256:" + hashlib.sha256(b"1\n2\n3\n").hexdigest()
-    for data, status, needle in (
-        (b"1\n2\n3\n4\n", 413, "more than 3 lines"),
-        (b"[" + b"1," * 20 + b"1]\n", 413, "line 1"),
-        (b"1\n" * 60, 413, "over 100 bytes"),
-        (b"1\n2\nnull,\n", 400, "line 3 is not JSON"),
+    for data, code, needle in (
+        (b"1\n2\n3\n4\n", "too_many_traces_in_upload", "more than 3 lines"),
+        (b"[" + b"1," * 20 + b"1]\n", "trace_too_large", "line 1"),
+        (b"1\n" * 60, "upload_too_large", "over 100 bytes"),
+        (b"1\n2\nnull,\n", "invalid_trace", "line 3 is not JSON"),
     ):
         with pytest.raises(Refused) as refused:
             check_traces([gzip.compress(data)], limits)
-        assert refused.value.status == status
+        assert (refused.value.status, refused.value.code) == (400, code)
         assert needle in refused.value.message

@@ -15,12 +15,11 @@ import random
 import re
 import threading
 import time
-import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from aiohttp import web
@@ -141,6 +140,18 @@ class ServerState:
         with self.lock:
             self.body_bytes += n
 
+    def rejected_id(self, ids: list[bytes]) -> tuple[str, str] | None:
+        """The first of ``ids`` (JSON-encoded) that ``reject_ids`` names, with its code."""
+        with self.lock:
+            reject = self.faults.reject_ids
+        if not reject:
+            return None
+        for encoded in ids:
+            record_id = orjson.loads(encoded)
+            if isinstance(record_id, str) and record_id in reject:
+                return record_id, reject[record_id]
+        return None
+
     def commit(self, batch: CheckedBatch, compressed_bytes: int) -> tuple[str, bool]:
         """Store a checked batch once per Idempotency-Key: ``(upload_id, replayed)``."""
         with self.lock:
@@ -151,7 +162,7 @@ class ServerState:
             if known is not None:
                 self.replays += 1
                 return known, True
-            upload_id = str(uuid.uuid4())
+            upload_id = batch.key.removeprefix("sha256:")  # the digest is the id (the SDK's models)
             self.committed[batch.key] = upload_id
             self.uploads += 1
             self.lines_stored += batch.line_count
@@ -224,11 +235,15 @@ class _Part:
     def add(self, data: bytes) -> None:
         self.size += len(data)
         if self.size > self.limit:
-            raise Refused(413, f"part {self.name!r} is over {self.limit} bytes")
+            raise Refused(400, f"part {self.name!r} is over {self.limit} bytes", "upload_too_large")
         self.chunks.append(data)
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "headers": self.headers, "bytes": self.size}
+
+
+#: The service's codes for the statuses faults inject (gateway 502/504 carry none).
+_FAULT_CODES: Final = {429: "rate_limited", 503: "ingest_unavailable"}
 
 
 def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -298,14 +313,15 @@ class _Api:
                     pass  # read it all, as a server failing after the upload would
                 retry = {"Retry-After": faults.retry_after_header()} if fate == 429 else None
                 summary["error"] = f"injected fault: {fate}"
-                response = _json({"detail": summary["error"]}, fate, retry)
+                refusal = Refused(fate, summary["error"], _FAULT_CODES.get(fate))
+                response = _json(refusal.body(), fate, retry)
             else:
                 try:
                     response = await handler(call)
                 except Refused as exc:
                     summary["error"] = exc.message
                     challenge = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-                    response = _json({"detail": exc.message}, exc.status, challenge)
+                    response = _json(exc.body(), exc.status, challenge)
             if faults.latency:
                 await asyncio.sleep(faults.latency)
             summary["status"] = response.status
@@ -325,38 +341,54 @@ class _Api:
     def _check_auth(self, request: web.Request) -> None:
         auth = request.headers.get("Authorization")
         if auth is None:
-            raise Refused(401, "missing Authorization header")
+            raise Refused(401, "missing Authorization header", "unauthenticated")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or token.strip() != self.config.api_key:
-            raise Refused(401, "invalid API key")
+            raise Refused(401, "invalid API key", "unauthenticated")
         team = self.config.team_id
         got = request.headers.get("X-Prime-Team-ID")
         if team is not None and got != team:
-            raise Refused(403, f"X-Prime-Team-ID {got!r} is not this key's team")
+            raise Refused(403, f"X-Prime-Team-ID {got!r} is not this key's team", "forbidden")
 
     async def _traces(self, call: _Call) -> web.Response:
         request, summary = call.request, call.summary
         self._check_auth(request)
         line_format = request.headers.get("X-Prime-Line-Format")
         if line_format != "episode":
-            raise Refused(400, f"X-Prime-Line-Format must be 'episode', not {line_format!r}")
+            raise Refused(
+                400,
+                f"X-Prime-Line-Format must be 'episode', not {line_format!r}",
+                "line_format_mismatch",
+            )
         key = request.headers.get("Idempotency-Key")
         if key is None:
-            raise Refused(400, "missing Idempotency-Key header")
+            raise Refused(400, "missing Idempotency-Key header", "invalid_idempotency_key")
         if not _KEY_RE.fullmatch(key):
-            raise Refused(400, f"Idempotency-Key must be 'sha256:<64 hex digits>', not {key!r}")
+            raise Refused(
+                400,
+                f"Idempotency-Key must be 'sha256:<64 hex digits>', not {key!r}",
+                "invalid_idempotency_key",
+            )
         try:
             content_type, params = parse_header_params(request.headers.get("Content-Type", ""))
         except MultipartError as exc:
-            raise Refused(400, f"bad Content-Type: {exc}") from None
+            raise Refused(400, f"bad Content-Type: {exc}", "malformed_encoding") from None
         boundary = params.get("boundary")
         if content_type != "multipart/form-data" or not boundary:
-            raise Refused(400, "Content-Type must be multipart/form-data with a boundary")
+            raise Refused(
+                400,
+                "Content-Type must be multipart/form-data with a boundary",
+                "malformed_encoding",
+            )
 
         parts = await self._read_parts(call, boundary)
         for name in ("metadata", "traces"):
             if name not in parts:
-                raise Refused(400, f"no {name!r} part")
+                raise Refused(
+                    400,
+                    f"no {name!r} part",
+                    "invalid_metadata" if name == "metadata" else "malformed_encoding",
+                )
         summary["metadata"] = _check_metadata(b"".join(parts["metadata"].chunks))
         traces = parts["traces"]
         summary["compressed_bytes"] = traces.size
@@ -366,11 +398,16 @@ class _Api:
             summary["computed_key"] = batch.key
             summary["uncompressed_bytes"] = batch.uncompressed_bytes
             summary["lines"] = batch.line_count
+            rejected = self.state.rejected_id(batch.ids)
+            if rejected is not None:
+                record_id, code = rejected
+                raise Refused(400, f"record {record_id} rejected (injected)", code)
             if batch.key != key:
                 raise Refused(
                     400,
                     f"Idempotency-Key {key} is not the sha256 of the uncompressed traces "
                     f"({batch.key})",
+                    "digest_mismatch",
                 )
             upload_id, replay = self.state.commit(batch, traces.size)
             return batch, upload_id, replay
@@ -390,7 +427,7 @@ class _Api:
         try:
             parser = MultipartParser(boundary)
         except MultipartError as exc:
-            raise Refused(400, f"bad multipart boundary: {exc}") from None
+            raise Refused(400, f"bad multipart boundary: {exc}", "malformed_encoding") from None
         limits = self.limits
         # A compressed part a little over the uncompressed limit can only be over it too.
         most = max(limits.max_batch_bytes, limits.max_line_bytes + 1)
@@ -409,7 +446,7 @@ class _Api:
                         current = None
             parser.close()
         except MultipartError as exc:
-            raise Refused(400, f"malformed multipart body: {exc}") from None
+            raise Refused(400, f"malformed multipart body: {exc}", "malformed_encoding") from None
         finally:
             call.summary["parts"] = [part.summary() for part in parts.values()]
         return parts
@@ -519,34 +556,58 @@ def _open_part(start: PartStart, parts: dict[str, _Part], traces_limit: int) -> 
     """Check a part's headers the moment they arrive and make its holder."""
     disposition = start.header("Content-Disposition")
     if disposition is None:
-        raise Refused(400, "a part has no Content-Disposition header")
+        raise Refused(400, "a part has no Content-Disposition header", "malformed_encoding")
     try:
         kind, params = parse_header_params(disposition)
         content_type = parse_header_params(start.header("Content-Type") or "")[0]
     except MultipartError as exc:
-        raise Refused(400, f"bad part header: {exc}") from None
+        raise Refused(400, f"bad part header: {exc}", "malformed_encoding") from None
     name = params.get("name")
     if kind != "form-data" or name is None:
         raise Refused(
-            400, f"a part's Content-Disposition is not form-data with a name: {disposition!r}"
+            400,
+            f"a part's Content-Disposition is not form-data with a name: {disposition!r}",
+            "malformed_encoding",
         )
     if name in parts:
-        raise Refused(400, f"more than one {name!r} part")
+        raise Refused(
+            400,
+            f"more than one {name!r} part",
+            "invalid_metadata" if name == "metadata" else "malformed_encoding",
+        )
     if name == "metadata":
         if content_type != "application/json":
-            raise Refused(400, f"metadata part must be application/json, not {content_type!r}")
+            raise Refused(
+                400,
+                f"metadata part must be application/json, not {content_type!r}",
+                "invalid_metadata",
+            )
         part = _Part(name, start, _MAX_METADATA_BYTES)
     elif name == "traces":
         if params.get("filename") != "traces.jsonl":
-            raise Refused(400, f"traces part filename must be traces.jsonl: {disposition!r}")
+            raise Refused(
+                400,
+                f"traces part filename must be traces.jsonl: {disposition!r}",
+                "malformed_encoding",
+            )
         if content_type != "application/x-ndjson":
-            raise Refused(400, f"traces part must be application/x-ndjson, not {content_type!r}")
+            raise Refused(
+                400,
+                f"traces part must be application/x-ndjson, not {content_type!r}",
+                "malformed_encoding",
+            )
         encoding = (start.header("Content-Encoding") or "").strip().lower()
         if encoding != "gzip":
-            raise Refused(400, f"traces part Content-Encoding must be gzip, not {encoding!r}")
+            raise Refused(
+                400,
+                f"traces part Content-Encoding must be gzip, not {encoding!r}",
+                "malformed_encoding",
+            )
         part = _Part(name, start, traces_limit)
     else:
-        raise Refused(400, f"unexpected part {name!r} (expected metadata and traces)")
+        raise Refused(
+            400, f"unexpected part {name!r} (expected metadata and traces)", "malformed_encoding"
+        )
     parts[name] = part
     return part
 
@@ -555,14 +616,26 @@ def _check_metadata(raw: bytes) -> dict[str, Any]:
     try:
         metadata = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise Refused(400, f"metadata part is not JSON: {exc}") from None
+        raise Refused(400, f"metadata part is not JSON: {exc}", "invalid_metadata") from None
     if not isinstance(metadata, dict):
-        raise Refused(400, "metadata must be a JSON object")
+        raise Refused(400, "metadata must be a JSON object", "invalid_metadata")
     version = metadata.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int) or version != 1:
-        raise Refused(400, f"metadata schema_version must be 1, not {version!r}")
-    if not isinstance(metadata.get("context"), dict):
-        raise Refused(400, "metadata context must be a JSON object")
+        raise Refused(
+            400, f"metadata schema_version must be 1, not {version!r}", "invalid_metadata"
+        )
+    context = metadata.get("context")
+    # The SDK sends no context by default, else Dict[str, str] (prime-traces' models): the
+    # service refuses any other shape as invalid_metadata, and with it the whole upload.
+    if context is not None and (
+        not isinstance(context, dict)
+        or not all(isinstance(value, str) for value in context.values())
+    ):
+        raise Refused(
+            400,
+            f"context must map strings to strings, not {context!r}"[:300],
+            "invalid_metadata",
+        )
     return metadata
 
 

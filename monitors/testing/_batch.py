@@ -32,12 +32,23 @@ class BatchLimits:
 
 
 class Refused(Exception):
-    """A request is refused; ``status`` is the HTTP status to answer (400, 413, ...)."""
+    """A request is refused; ``status`` is the HTTP status to answer (400, 401, ...).
 
-    def __init__(self, status: int, message: str) -> None:
+    With a ``code`` (one of prime-traces' ``ErrorCode``) the answer is the Traces service's
+    envelope, ``{"error": {"code", "message"}}``; without one, the platform API's
+    ``{"detail": message}`` (the metrics endpoint).
+    """
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code
+
+    def body(self) -> dict[str, object]:
+        if self.code is None:
+            return {"detail": self.message}
+        return {"error": {"code": self.code, "message": self.message}}
 
 
 @dataclass
@@ -61,8 +72,8 @@ def check_traces(
 ) -> CheckedBatch:
     """Gunzip ``compressed`` (one or more gzip members), check every line, hash the bytes.
 
-    Raises ``Refused(400)`` for bad gzip or a line that is not JSON (naming the line,
-    counted from 1), ``Refused(413)`` as soon as a limit is crossed.
+    Raises ``Refused`` (400, with the service's code) for bad gzip, a line that is not JSON
+    (naming the line, counted from 1), or as soon as a limit is crossed.
     """
     digest = hashlib.sha256()
     out = CheckedBatch(key="", uncompressed_bytes=0, line_count=0)
@@ -74,18 +85,30 @@ def check_traces(
     def take_line(line: bytes | bytearray) -> None:
         number = out.line_count + 1
         if len(line) > limits.max_line_bytes:
-            raise Refused(413, f"line {number} is {len(line)} bytes, over {limits.max_line_bytes}")
+            raise Refused(
+                400,
+                f"line {number} is {len(line)} bytes, over {limits.max_line_bytes}",
+                "trace_too_large",
+            )
         if number > limits.max_batch_lines:
-            raise Refused(413, f"batch has more than {limits.max_batch_lines} lines")
+            raise Refused(
+                400,
+                f"batch has more than {limits.max_batch_lines} lines",
+                "too_many_traces_in_upload",
+            )
         out.uncompressed_bytes += len(line) + 1
         # One line may be up to max_line_bytes on its own (the client sends a line too big
         # for a shared batch alone); a batch of several may not pass max_batch_bytes.
         if number > 1 and out.uncompressed_bytes > limits.max_batch_bytes:
-            raise Refused(413, f"batch is over {limits.max_batch_bytes} bytes uncompressed")
+            raise Refused(
+                400,
+                f"batch is over {limits.max_batch_bytes} bytes uncompressed",
+                "upload_too_large",
+            )
         try:
             value = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            raise Refused(400, f"line {number} is not JSON: {exc}") from None
+            raise Refused(400, f"line {number} is not JSON: {exc}", "invalid_trace") from None
         out.line_count = number
         if isinstance(value, dict) and "id" in value:
             out.ids.append(orjson.dumps(value["id"]))
@@ -98,7 +121,11 @@ def check_traces(
         nonlocal total
         total += len(data)
         if total > max(limits.max_batch_bytes, limits.max_line_bytes + 1):
-            raise Refused(413, f"batch is over {limits.max_batch_bytes} bytes uncompressed")
+            raise Refused(
+                400,
+                f"batch is over {limits.max_batch_bytes} bytes uncompressed",
+                "upload_too_large",
+            )
         digest.update(data)
         start = 0
         while True:
@@ -116,8 +143,9 @@ def check_traces(
             pending.extend(memoryview(data)[start:])
             if len(pending) > limits.max_line_bytes:
                 raise Refused(
-                    413,
+                    400,
                     f"line {out.line_count + 1} is over {limits.max_line_bytes} bytes",
+                    "trace_too_large",
                 )
 
     _gunzip(compressed, take)
@@ -151,8 +179,8 @@ def _gunzip(compressed: Iterable[bytes], sink: Callable[[bytes], None]) -> None:
                 else:
                     data = b""
     except _ERRORS as exc:
-        raise Refused(400, f"traces part is not valid gzip: {exc}") from None
+        raise Refused(400, f"traces part is not valid gzip: {exc}", "malformed_encoding") from None
     if not seen_any:
-        raise Refused(400, "traces part is empty, not gzip")
+        raise Refused(400, "traces part is empty, not gzip", "malformed_encoding")
     if not fresh:
-        raise Refused(400, "traces part is truncated gzip")
+        raise Refused(400, "traces part is truncated gzip", "malformed_encoding")

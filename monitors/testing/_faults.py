@@ -42,6 +42,9 @@ class Faults:
     :param down: close every API request's connection at once, unanswered.
     :param script: what the next API requests get, in order, before any rate applies: a
         status code (``200``: answer normally) or ``"drop"``, each used once.
+    :param reject_ids: record ``"id"`` -> an error code: every traces upload holding a record
+        with such an id is answered 400 with that code, as the service rejects an upload
+        for one bad record (nothing of it stored).
     """
 
     latency: float = 0.0
@@ -54,6 +57,7 @@ class Faults:
     seed: int | None = None
     down: bool = False
     script: list[int | str] = field(default_factory=list)
+    reject_ids: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -63,7 +67,9 @@ class Faults:
         if value is None:
             return cls()
         if isinstance(value, Faults):
-            return dataclasses.replace(value, script=list(value.script))
+            return dataclasses.replace(
+                value, script=list(value.script), reject_ids=dict(value.reject_ids)
+            )
         return cls().merged(value)
 
     def merged(self, changes: Mapping[str, Any]) -> Faults:
@@ -74,6 +80,7 @@ class Faults:
             raise FaultsError(f"unknown fault setting(s) {unknown}; known: {sorted(names)}")
         values = {**dataclasses.asdict(self), **changes}
         values["script"] = list(values["script"] or [])
+        values["reject_ids"] = dict(values["reject_ids"] or {})
         return Faults(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +115,10 @@ class Faults:
                 continue
             if isinstance(entry, bool) or not isinstance(entry, int) or not 200 <= entry <= 599:
                 raise FaultsError(f'script entries are status codes or "drop", not {entry!r}')
+        if not isinstance(self.reject_ids, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in self.reject_ids.items()
+        ):
+            raise FaultsError(f"reject_ids must map ids to codes, not {self.reject_ids!r}")
 
     def retry_after_header(self) -> str:
         value = self.retry_after
