@@ -479,7 +479,7 @@ def report(results: list[Result], cpu: Ceilings, n: int, server_nice: int) -> No
         f"p99 {cpu.idle.p99:.2f} ms, max {cpu.idle.max:.2f} ms."
     )
     big = sum(size > BATCH_BYTES for size in lognormal_sizes(n, seed=0))
-    if big and any(r.lost.get("rejected") for r in results):
+    if big and any(reason.startswith("rejected") for r in results for reason in r.lost):
         print(
             f"{big} of the {n} episodes are over 30 MiB of JSON by themselves (each goes alone "
             "in a batch); 'rejected' above means the server refused such a batch (see stderr)."

@@ -5,25 +5,32 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
+import ssl
+import subprocess
 import threading
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from email.utils import formatdate
+from pathlib import Path
 from typing import Any
 
 import anyio
 import orjson
 import pytest
 from aiohttp import web
+from prime_runs.sinks import stamp_run as sdk_stamp_run
+from prime_traces.core.config import Config as SdkConfig
 from witness import own_ms, witnesses
 
 import monitors
 from monitors import DeliveryStats, LagStats, LoopLagProbe, PrimeMonitor, UploadError
 from monitors.prime import TRACES_PATH, _batch, _gzip
 from monitors.prime._body import SEND_BYTES, _contains, frame, new_boundary
-from monitors.prime._client import is_committed, retry_after_seconds
-from monitors.testing import TracesServer
+from monitors.prime._client import is_committed, redact, retry_after_seconds
+from monitors.prime._config import MAX_REQUEST_BYTES, PrimeConfig
+from monitors.testing import EpisodeMaker, TracesServer
 
 KEY = "sk-nodewise-test-6f1c2b9e4d7a"
 TEAM = "team-42"
@@ -48,11 +55,32 @@ def server(running: TracesServer) -> TracesServer:
     return running
 
 
+PRIME_ENV = (
+    "PRIME_API_KEY",
+    "PRIME_TRACES_URL",
+    "PRIME_TEAM_ID",
+    "PRIME_API_BASE_URL",
+    "PRIME_BASE_URL",
+    "RUN_ID",
+)
+
+
 @pytest.fixture(autouse=True)
-def no_prime_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("PRIME_API_KEY", "PRIME_TRACES_URL", "PRIME_TEAM_ID", "PRIME_API_BASE_URL"):
+def no_prime_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No Prime setting from the environment, and a home of the test's own (where ``prime
+    login`` would write ``.prime/config.json``); the home."""
+    for name in PRIME_ENV:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("RUN_ID", raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def stamped(episode: Any, kind: str = "train") -> bytes:
+    """The line the monitor must upload for ``episode``: keyed to the run by the SDK's own
+    ``stamp_run`` (prime-runs)."""
+    return orjson.dumps(sdk_stamp_run(episode, RUN, kind))
 
 
 def small(i: int, size: int = 3000) -> dict[str, Any]:
@@ -165,9 +193,16 @@ async def test_request_headers_and_body(server: TracesServer) -> None:
     assert request["lines"] == 20
     assert request["metadata"] == {
         "schema_version": 1,
-        "context": {"run_id": RUN, "step": 3, "first_step": 3, "kind": "eval", "subset": "all"},
+        "context": {
+            "source": "nodewise",
+            "run_type": "eval",
+            "run_id": RUN,
+            "step": "3",
+            "first_step": "3",
+            "subset": "all",
+        },
     }
-    assert await server.alines() == [orjson.dumps(e) for e in episodes]
+    assert await server.alines() == [stamped(e, "eval") for e in episodes]
 
 
 @pytest.mark.anyio
@@ -195,7 +230,7 @@ async def test_a_batch_repeating_earlier_lines_gets_a_key_of_its_own(
     # Every stored line is still exactly the record's JSON, spaces after it at most.
     lines = await server.alines()
     assert sorted(orjson.loads(line)["id"] for line in lines) == sorted(list(range(6)) * 3)
-    assert {line.rstrip(b" ") for line in lines} == {orjson.dumps(e) for e in episodes}
+    assert {line.rstrip(b" ") for line in lines} == {stamped(e) for e in episodes}
     assert sorted(len(line) - len(line.rstrip(b" ")) for line in lines) == sorted(
         [0] * 16 + [1, 2] if size == 100 else [0] * 6 + [1] * 6 + [2] * 6
     )
@@ -573,7 +608,7 @@ async def test_a_boundary_found_in_the_data_is_redrawn(
     assert monitor.stats() == DeliveryStats(5, 5, {})
     (request,) = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
     assert clash.decode() not in request["headers"]["content-type"]
-    assert await server.alines() == [orjson.dumps(e) for e in episodes]
+    assert await server.alines() == [stamped(e) for e in episodes]
 
 
 # -- the answer to an upload: committed or not ------------------------------------------------
@@ -583,8 +618,11 @@ class FakeApi:
     """A Traces API on 127.0.0.1 that answers each traces upload from ``answers`` (status,
     body; the last one repeats) and keeps what it was sent."""
 
-    def __init__(self, answers: list[tuple[int, bytes]]) -> None:
+    def __init__(
+        self, answers: list[tuple[int, bytes]], headers: dict[str, str] | None = None
+    ) -> None:
         self.answers = answers
+        self.headers = headers or {}  # on every answer
         self.requests: list[tuple[dict[str, str], bytes]] = []
         self.url = ""
 
@@ -592,25 +630,33 @@ class FakeApi:
         body = await request.read()
         self.requests.append(({k.lower(): v for k, v in request.headers.items()}, body))
         status, text = self.answers[min(len(self.requests), len(self.answers)) - 1]
-        return web.Response(status=status, body=text, content_type="application/json")
+        return web.Response(
+            status=status, body=text, content_type="application/json", headers=self.headers
+        )
 
 
-StartApi = Callable[[list[tuple[int, bytes]]], Awaitable[FakeApi]]
+StartApi = Callable[..., Awaitable[FakeApi]]
 
 
 @pytest.fixture
 async def fake_api() -> AsyncIterator[StartApi]:
     runners: list[web.AppRunner] = []
 
-    async def start(answers: list[tuple[int, bytes]]) -> FakeApi:
-        api = FakeApi(answers)
+    async def start(
+        answers: list[tuple[int, bytes]],
+        *,
+        headers: dict[str, str] | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> FakeApi:
+        api = FakeApi(answers, headers)
         app = web.Application(client_max_size=1 << 30)
         app.router.add_post(TRACES_PATH, api.traces)
         runner = web.AppRunner(app)
         await runner.setup()
         runners.append(runner)
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        api.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls).start()
+        scheme = "https" if tls else "http"
+        api.url = f"{scheme}://127.0.0.1:{runner.addresses[0][1]}"
         return api
 
     try:
@@ -703,3 +749,359 @@ async def test_the_worker_gives_up_its_core_after_each_piece(
     total = sum(len(orjson.dumps(e)) for e in episodes)
     assert len(yields) >= total // _batch.PIECE_BYTES
     assert {name.split("_")[0] for name in yields} == {"PrimeMonitor gzip"}
+
+
+@pytest.mark.anyio
+async def test_a_rejection_echoing_a_credential_logs_no_part_of_it(
+    fake_api: StartApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's answer is cut to 300 characters for the log: the key (and any other
+    bearer token or Authorization value) is redacted before the cut, so no prefix of it
+    is left where the cut falls inside it."""
+    other = "tok-OTHER-CREDENTIAL-77"
+    for pad in range(270, 300, 3):  # the cut falls in each part of the key
+        echo = b"x" * pad + f"Authorization: Bearer {KEY}; again {KEY}".encode()
+        api = await fake_api([(400, echo + f" bearer {other}".encode())])
+        with caplog.at_level(logging.WARNING, logger="monitors.prime"):
+            async with PrimeMonitor(
+                api_key=KEY, traces_url=api.url, base_url=api.url, run_id=RUN
+            ) as monitor:
+                await monitor.log_episodes([small(1)], step=0)
+        assert monitor.stats().lost == {"rejected": 1}
+    assert "x" * 270 in caplog.text  # the answers were logged
+    for secret in (KEY, other):
+        leaked = [secret[:n] for n in range(4, len(secret) + 1) if secret[:n] in caplog.text]
+        assert not leaked, leaked
+
+
+def test_redact_every_credential_whatever_the_key() -> None:
+    text = 'a {"Authorization": "Token abc-123"} b Bearer xyz.789 c k-KEY d'
+    assert redact(text, "k-KEY") == 'a {"Authorization": "***"} b Bearer *** c *** d'
+
+
+# -- the run, the context and the limits, as the service takes them ---------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["train", "eval"])
+async def test_uploads_are_keyed_to_the_run_as_prime_runs_keys_them(
+    server: TracesServer, kind: str
+) -> None:
+    """Real episodes (verifiers' schema) go up with ``run.id``/``run.type`` on the episode
+    and on every member trace, byte for byte as prime-runs' ``stamp_run`` writes them; the
+    episodes themselves are left as they were; the context holds only strings."""
+    maker = EpisodeMaker(seed=3)
+    records = [maker.episode(size, index=i).to_record() for i, size in enumerate([20_000] * 4)]
+    records.append({"id": "no-run", "traces": [{"id": "t", "run": {"name": "kept"}}, 7]})
+    before = [orjson.dumps(r) for r in records]
+    async with make(server) as monitor:
+        await monitor.log_episodes(records, step=5, kind=kind)  # type: ignore[arg-type]
+    assert monitor.stats() == DeliveryStats(5, 5, {})
+    lines = await server.alines()
+    assert lines == [stamped(r, kind) for r in records]
+    assert [orjson.dumps(r) for r in records] == before
+    for line in lines:
+        episode = orjson.loads(line)
+        assert episode["run"]["id"] == RUN
+        assert episode["run"]["type"] == kind
+        members = [t for t in episode["traces"] if isinstance(t, dict)]
+        assert members
+        assert all(t["run"]["id"] == RUN for t in members)
+        assert all(t["run"]["type"] == kind for t in members)
+    assert orjson.loads(lines[-1])["traces"][0]["run"] == {"name": "kept", "id": RUN, "type": kind}
+    (request,) = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
+    context = request["metadata"]["context"]
+    assert all(isinstance(value, str) for value in context.values()), context
+    assert context["source"] == "nodewise"
+    assert context["run_type"] == kind
+
+
+@pytest.mark.anyio
+async def test_stamp_run_false_uploads_the_records_as_they_are(server: TracesServer) -> None:
+    episodes = [small(i, 100) for i in range(3)]
+    async with make(server, stamp_run=False) as monitor:
+        await monitor.log_episodes(episodes, step=0)
+    assert await server.alines() == [orjson.dumps(e) for e in episodes]
+
+
+@pytest.mark.anyio
+async def test_the_line_cap_leaves_out_the_newline(server: TracesServer) -> None:
+    """The SDK counts a line's bytes without its newline: a line of exactly the cap goes."""
+    at_cap = {"id": 1, "text": "x" * 1000}
+    cap = len(orjson.dumps(at_cap))
+    over = {"id": 2, "text": "x" * 1001}
+    monitor = make(server, stamp_run=False)
+    monitor._args["line_bytes"] = cap
+    async with monitor:
+        await monitor.log_episodes([at_cap, over], step=0)
+    assert monitor.stats() == DeliveryStats(2, 1, {"too_large": 1})
+    assert await server.alines() == [orjson.dumps(at_cap)]
+
+
+@pytest.mark.anyio
+async def test_a_line_whose_request_is_over_32_mib_is_refused_before_it_is_sent(
+    server: TracesServer,
+) -> None:
+    """The deployed service sits behind a 32 MiB request cap. A line under the 64 MiB line
+    cap whose request would still be over it (stored uncompressed here) is counted
+    ``too_large`` and never sent; compressed below the cap, the same size goes."""
+    noise = os.urandom(17 << 20).hex()  # 34 MiB that gzip cannot shrink much
+    async with make(server, gzip_level=0) as monitor:
+        await monitor.log_episodes([small(1), {"id": 2, "noise": noise}, small(3)], step=0)
+    assert monitor.stats() == DeliveryStats(3, 2, {"too_large": 1})
+    sent = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
+    assert all(r["body_bytes"] <= MAX_REQUEST_BYTES for r in sent)
+    assert sorted(orjson.loads(line)["id"] for line in await server.alines()) == [1, 3]
+    async with make(server, gzip_level=1) as monitor:
+        await monitor.log_episodes([{"id": 4, "text": "z" * (34 << 20)}], step=0)
+    assert monitor.stats() == DeliveryStats(1, 1, {})
+
+
+@pytest.mark.anyio
+async def test_batch_bytes_past_the_request_cap_is_refused(server: TracesServer) -> None:
+    with pytest.raises(ValueError, match="batch_bytes"):
+        await make(server, batch_bytes=MAX_REQUEST_BYTES).start()
+
+
+# -- settings as the SDKs resolve them ---------------------------------------------------------
+
+
+def resolved(**kwargs: Any) -> PrimeConfig:
+    """The settings a monitor made with ``kwargs`` starts with."""
+    monitor = PrimeMonitor(**kwargs)
+    key = None if monitor._api_key is None else monitor._api_key.reveal()
+    return PrimeConfig.resolve(api_key=key, **monitor._args)
+
+
+def prime_login(home: Path, settings: Any) -> None:
+    """What ``prime login`` leaves: ``~/.prime/config.json``."""
+    (home / ".prime").mkdir(exist_ok=True)
+    (home / ".prime" / "config.json").write_bytes(orjson.dumps(settings))
+
+
+LOGIN = {
+    "api_key": "sk-from-login",
+    "team_id": "team-login",
+    "traces_url": "http://traces.login:8083/api/v1/",
+    "base_url": "http://platform.login",
+}
+ENV = {
+    "PRIME_API_KEY": "sk-from-env",
+    "PRIME_TEAM_ID": "team-env",
+    "PRIME_TRACES_URL": "http://traces.env",
+    "PRIME_API_BASE_URL": "http://platform.env/api/v1",
+}
+
+
+@pytest.mark.parametrize(
+    ("login", "env"),
+    [
+        (LOGIN, {}),
+        (LOGIN, ENV),
+        ({"api_key": "sk-from-login", "base_url": "http://staging.example"}, {}),
+        ({"api_key": "sk-from-login"}, {"PRIME_BASE_URL": "http://staging.example"}),
+        ({}, {"PRIME_API_KEY": "sk-from-env", "PRIME_API_BASE_URL": "http://staging.example"}),
+        (["not", "an", "object"], {"PRIME_API_KEY": "sk-from-env"}),
+        ({"api_key": "sk-from-login", "team_id": "team-login"}, {"PRIME_TRACES_URL": "http://t"}),
+    ],
+    ids=[
+        "login",
+        "env over login",
+        "base in login",
+        "PRIME_BASE_URL",
+        "base in env",
+        "bad file",
+        "mixed",
+    ],
+)
+def test_settings_resolve_as_the_sdk_resolves_them(
+    no_prime_env: Path, monkeypatch: pytest.MonkeyPatch, login: Any, env: dict[str, str]
+) -> None:
+    """Environment, then ``~/.prime/config.json``, then the SDK's default; the traces URL
+    never the platform's base URL: what prime-traces' own ``Config`` says, read in the same
+    home and environment."""
+    prime_login(no_prime_env, login)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    ours, sdk = resolved(), SdkConfig()
+    assert ours.api_key.reveal() == sdk.api_key
+    assert ours.team_id == sdk.team_id
+    assert ours.traces_url == sdk.traces_url
+    assert ours.base_url == sdk.base_url
+
+
+def test_arguments_win_over_the_environment_and_prime_login(
+    no_prime_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prime_login(no_prime_env, LOGIN)
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    config = resolved(
+        api_key="sk-arg", team_id="team-arg", traces_url="http://traces.arg/", base_url="http://b"
+    )
+    assert config.api_key.reveal() == "sk-arg"
+    assert (config.team_id, config.traces_url, config.base_url) == (
+        "team-arg",
+        "http://traces.arg",
+        "http://b",
+    )
+
+
+@pytest.mark.anyio
+async def test_a_key_from_prime_login_uploads(server: TracesServer, no_prime_env: Path) -> None:
+    prime_login(no_prime_env, {"api_key": KEY, "team_id": TEAM, "traces_url": server.url})
+    async with PrimeMonitor(base_url=server.url, run_id=RUN, retry_base=0.01) as monitor:
+        await monitor.log_episodes([small(1)], step=0)
+    assert monitor.stats() == DeliveryStats(1, 1, {})
+
+
+def test_no_key_anywhere_says_where_one_is_looked_for() -> None:
+    with pytest.raises(UploadError, match=r"PRIME_API_KEY.*prime login.*\.prime/config\.json"):
+        resolved()
+
+
+# -- what is retried, and what is a setting to fix --------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_500_is_retried_with_the_same_bytes(fake_api: StartApi) -> None:
+    api = await fake_api([(500, b'{"error": {"code": "internal", "message": "oops"}}'), COMMITTED])
+    async with PrimeMonitor(
+        api_key=KEY, traces_url=api.url, base_url=api.url, run_id=RUN, retry_base=0.01
+    ) as monitor:
+        await monitor.log_episodes([small(i) for i in range(3)], step=0)
+    assert monitor.stats() == DeliveryStats(3, 3, {})
+    (first, _), (second, _) = api.requests
+    assert first["idempotency-key"] == second["idempotency-key"]
+
+
+@pytest.mark.anyio
+async def test_a_redirect_is_a_setup_error_never_followed(
+    fake_api: StartApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A redirect would carry the key and team to wherever it points: it is not followed,
+    and it stops the uploads at once with one clear error (no retries)."""
+    elsewhere = await fake_api([COMMITTED])
+    api = await fake_api([(307, b"")], headers={"Location": elsewhere.url + TRACES_PATH})
+    with caplog.at_level(logging.INFO, logger="monitors.prime"):
+        async with PrimeMonitor(
+            api_key=KEY, team_id=TEAM, traces_url=api.url, base_url=api.url, run_id=RUN
+        ) as monitor:
+            await monitor.log_episodes([small(1)], step=0)
+            await wait_until(lambda: _stopped(monitor))
+            await monitor.log_episodes([small(2)], step=1)
+    assert monitor.stats() == DeliveryStats(2, 0, {"setup_error": 2})
+    assert len(api.requests) == 1  # not retried
+    assert elsewhere.requests == []  # not followed
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "redirect to " + elsewhere.url in errors[0].getMessage()
+    assert "retrying" not in caplog.text
+
+
+async def _stopped(monitor: PrimeMonitor) -> bool:
+    return monitor.stats().pending == 0
+
+
+@pytest.mark.anyio
+async def test_a_certificate_the_client_cannot_verify_is_a_setup_error(
+    fake_api: StartApi, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A self-signed certificate (made with openssl) fails verification: reported at once
+    as a setup error, without retrying five times."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    api = await fake_api([COMMITTED], tls=tls)
+    with caplog.at_level(logging.INFO, logger="monitors.prime"):
+        async with PrimeMonitor(
+            api_key=KEY, traces_url=api.url, base_url=api.url, run_id=RUN, retry_base=0.01
+        ) as monitor:
+            await monitor.log_episodes([small(1), small(2)], step=0)
+    assert monitor.stats() == DeliveryStats(2, 0, {"setup_error": 2})
+    assert api.requests == []
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "TLS failed" in errors[0]
+    assert "certificate" in errors[0].lower()
+    assert "retrying" not in caplog.text
+
+
+def named(i: int) -> dict[str, Any]:
+    return {"id": f"ep-{i}", "text": "x" * 200}
+
+
+@pytest.mark.anyio
+async def test_rejections_count_under_the_services_code_logged_once(
+    server: TracesServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 400 names its code: the loss is counted under ``rejected:<code>``, and the code's
+    message is logged once, however many batches it rejects."""
+    await server.aset_faults(reject_ids={f"ep-{i}": "episode_id_too_long" for i in range(3)})
+    with caplog.at_level(logging.DEBUG, logger="monitors.prime"):
+        async with make(server) as monitor:
+            for i in range(4):
+                await monitor.log_episodes([named(i)], step=i)
+                await anyio.sleep(0.2)  # each call its own batch
+    assert monitor.stats() == DeliveryStats(4, 1, {"rejected:episode_id_too_long": 3})
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "rejected:episode_id_too_long" in warnings[0]
+    assert "record ep-0 rejected" in warnings[0]
+
+
+# -- a rejected record costs only itself ------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("bad", [[17], [0, 39], [5, 6, 7]], ids=["one", "first and last", "three"])
+async def test_a_record_the_service_rejects_is_found_by_halving(
+    server: TracesServer, bad: list[int]
+) -> None:
+    """The service rejects a whole upload for one bad record. The batch's halves are sent
+    in its place, and theirs, until the bad lines are alone: only they are lost, under the
+    code, and every other record is stored once; about 2·log2(lines) more requests each."""
+    await server.aset_faults(reject_ids={f"ep-{i}": "invalid_trace" for i in bad})
+    episodes = [named(i) for i in range(40)]
+    async with make(server) as monitor:
+        await monitor.log_episodes(episodes, step=0)
+    assert monitor.stats() == DeliveryStats(40, 40 - len(bad), {"rejected:invalid_trace": len(bad)})
+    stored = sorted(orjson.loads(line)["id"] for line in await server.alines())
+    assert stored == sorted(f"ep-{i}" for i in range(40) if i not in bad)
+    requests = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
+    assert len(requests) <= 1 + 2 * len(bad) * math.ceil(math.log2(40))
+    keys = [r["idempotency_key"] for r in requests]
+    assert len(set(keys)) == len(keys)  # no rejection sent again unchanged
+
+
+@pytest.mark.anyio
+async def test_a_rejection_of_the_request_itself_is_not_split(fake_api: StartApi) -> None:
+    api = await fake_api([(400, b'{"error": {"code": "invalid_metadata", "message": "no"}}')])
+    async with PrimeMonitor(
+        api_key=KEY, traces_url=api.url, base_url=api.url, run_id=RUN, retry_base=0.01
+    ) as monitor:
+        await monitor.log_episodes([named(i) for i in range(8)], step=0)
+    assert monitor.stats() == DeliveryStats(8, 0, {"rejected:invalid_metadata": 8})
+    assert len(api.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_a_server_that_never_answers_costs_an_attempt_not_minutes(
+    server: TracesServer,
+) -> None:
+    """Each attempt has a total timeout: a server that takes the body and never answers
+    fails each attempt after ``attempt_timeout``, and the batch is counted ``failed``."""
+    await server.aset_faults(latency=30.0)
+    started = time.monotonic()
+    async with make(server, attempt_timeout=0.3) as monitor:
+        await monitor.log_episodes([small(1)], step=0)
+    assert monitor.stats() == DeliveryStats(1, 0, {"failed": 1})
+    assert time.monotonic() - started < 15  # 5 attempts of 0.3 s and short backoffs

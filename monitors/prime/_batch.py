@@ -8,6 +8,7 @@ same key; a batch repeating earlier lines gets a key of its own by its ending (D
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 from collections import OrderedDict
@@ -73,6 +74,13 @@ class Batch:
     uncompressed_bytes: int
     compressed_bytes: int
     spaces: int = 0
+    compressed: tuple[bytes, ...] = ()  # the gzip stream the body frames, piece by piece
+
+    def lines(self) -> list[bytes]:
+        """The batch's lines, each without its newline (or the spaces that ended the last):
+        to resubmit part of it. Decompresses the whole batch: call it in the worker."""
+        data = gzip.decompress(b"".join(self.compressed))
+        return [line.rstrip(b" ") for line in data.split(b"\n")[:-1]]
 
 
 class BatchBuilder:
@@ -173,6 +181,7 @@ class BatchBuilder:
             uncompressed_bytes=self.size + len(ending) - 1,
             compressed_bytes=sum(map(len, compressed)),
             spaces=len(ending) - 1,
+            compressed=tuple(compressed),
         )
 
 

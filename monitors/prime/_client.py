@@ -1,8 +1,10 @@
 """HTTP to the Prime API over one aiohttp session: one POST with retries, never raising.
 
-429/502/503/504, transport errors and (for traces) a 2xx without ``"status": "committed"``
+429/500/502/503/504, transport errors and (for traces) a 2xx without ``"status": "committed"``
 are retried with the same bytes and key, after ``Retry-After`` or a jittered backoff
-(docs/design.md D12). A 401/403 stops every later request; other answers outside 2xx reject.
+(docs/design.md D12). A 401/403 stops every later request, and so does a setup error (a
+redirect, which is never followed, or a TLS failure), at once; other answers outside 2xx
+reject.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -22,15 +25,24 @@ import orjson
 from ._body import Body
 from ._config import PrimeConfig
 
-__all__ = ["RETRY_STATUSES", "Client", "Result", "is_committed", "retry_after_seconds"]
+__all__ = [
+    "RETRY_STATUSES",
+    "Client",
+    "Result",
+    "error_of",
+    "is_committed",
+    "redact",
+    "retry_after_seconds",
+]
 
 log = logging.getLogger("monitors.prime")
 
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError, OSError)
 _DETAIL_CHARS = 300
 
-Outcome = Literal["delivered", "rejected", "unauthorized", "failed"]
+Outcome = Literal["delivered", "rejected", "unauthorized", "setup_error", "failed"]
+Stop = Literal["unauthorized", "setup_error"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,15 @@ class Result:
     status: int | None = None
     detail: str = ""
     attempts: int = 0
+    code: str | None = None  # the service's error code, when it named one
+
+    @property
+    def reason(self) -> str:
+        """What a loss is counted as: the outcome, with the service's code for a rejection
+        (``rejected:invalid_trace``)."""
+        if self.outcome == "rejected" and self.code:
+            return f"rejected:{self.code}"
+        return self.outcome
 
 
 def retry_after_seconds(value: str | None, *, cap: float) -> float | None:
@@ -63,6 +84,42 @@ def retry_after_seconds(value: str | None, *, cap: float) -> float | None:
     return min(cap, max(0.0, seconds))
 
 
+#: A credential as a server may echo one: ``Bearer <token>``, or an ``Authorization`` value.
+_CREDENTIAL = re.compile(
+    r"(?i)(\bbearer\s+)[^\s\"',;}]+|(\bauthorization[\"']?\s*[:=]\s*[\"']?)[^\"',;}\n]+"
+)
+
+
+def redact(text: str, key: str) -> str:
+    """``text`` with ``key`` and every bearer token or ``Authorization`` value it holds
+    replaced by ``***``, whatever the key."""
+    if key:
+        text = text.replace(key, "***")
+    return _CREDENTIAL.sub(lambda m: (m.group(1) or m.group(2)) + "***", text)
+
+
+def error_of(raw: bytes) -> tuple[str | None, str]:
+    """``(code, message)`` of an error answer, read as prime-traces reads one: the service's
+    ``{"error": {"code", "message"}}``, else a ``{"detail": ...}``, else the text."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None, text
+    if isinstance(answer, dict):
+        error = answer.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            message = error.get("message")
+            return (
+                code if isinstance(code, str) and code else None,
+                message if isinstance(message, str) and message else text,
+            )
+        if answer.get("detail"):
+            return None, str(answer["detail"])
+    return None, text
+
+
 def is_committed(raw: bytes) -> bool:
     """Whether a 2xx answer's body is a JSON object with ``"status": "committed"``."""
     try:
@@ -73,12 +130,14 @@ def is_committed(raw: bytes) -> bool:
 
 
 class Client:
-    """POSTs for one monitor. ``stopped`` turns true at the first 401/403."""
+    """POSTs for one monitor. ``stopped`` turns true at the first 401/403 (``stopped_as``
+    ``"unauthorized"``) or setup error (``"setup_error"``)."""
 
     def __init__(self, config: PrimeConfig, session: aiohttp.ClientSession) -> None:
         self.config = config
         self.session = session
         self.stopped = False
+        self.stopped_as: Stop = "unauthorized"
         self.stop_reason = ""
         self._random = random.Random()
         self._auth = {"Authorization": f"Bearer {config.api_key.reveal()}"}
@@ -91,9 +150,10 @@ class Client:
         return base * self._random.uniform(0.5, 1.5)
 
     def _clean(self, text: str) -> str:
-        """Server text made safe to log: short, and never holding the key."""
-        text = text[:_DETAIL_CHARS].replace(self.config.api_key.reveal(), "***")
-        return text.replace("\n", " ").strip()
+        """Server text made safe to log: never holding the key or any credential it echoes
+        (redacted before the text is cut, so no prefix of one is left), and short."""
+        text = redact(text, self.config.api_key.reveal())
+        return text[:_DETAIL_CHARS].replace("\n", " ").strip()
 
     async def post(
         self,
@@ -114,14 +174,21 @@ class Client:
         last = Result("failed")
         for attempt in range(config.attempts):
             if self.stopped:
-                return Result("unauthorized", None, self.stop_reason, attempt)
+                return Result(self.stopped_as, None, self.stop_reason, attempt)
             delay: float | None = None
             try:
                 data = body.stream() if isinstance(body, Body) else body
-                async with self.session.post(url, data=data, headers=headers) as response:
+                async with self.session.post(
+                    url, data=data, headers=headers, allow_redirects=False
+                ) as response:
                     status = response.status
                     raw = await response.read()
                     retry_after = response.headers.get("Retry-After")
+                    location = response.headers.get("Location", "")
+            except aiohttp.ClientSSLError as exc:
+                detail = self._clean(f"{type(exc).__name__}: {exc}")
+                self._stop_setup(f"TLS failed ({detail})", url, what)
+                return Result("setup_error", None, detail, attempt + 1)
             except _TRANSPORT_ERRORS as exc:
                 last = Result(
                     "failed", None, self._clean(f"{type(exc).__name__}: {exc}"), attempt + 1
@@ -134,8 +201,15 @@ class Client:
                 if status in (401, 403):
                     self._stop(status, detail, what)
                     return Result("unauthorized", status, detail, attempt + 1)
+                if 300 <= status < 400:
+                    # Never followed: the key and team would go to wherever it points.
+                    where = self._clean(location) or "no Location"
+                    self._stop_setup(f"HTTP {status}, a redirect to {where}", url, what)
+                    return Result("setup_error", status, detail, attempt + 1)
                 if not success and status not in RETRY_STATUSES:
-                    return Result("rejected", status, detail, attempt + 1)
+                    code, message = error_of(raw)
+                    detail = self._clean(message)
+                    return Result("rejected", status, detail, attempt + 1, code)
                 if success:  # answered, but not committed: retried like a 503
                     detail = f'answered without "status": "committed": {detail or "no body"}'
                     log.warning("%s: HTTP %d %s", what, status, detail)
@@ -155,6 +229,21 @@ class Client:
             )
             await anyio.sleep(delay)
         return last
+
+    def _stop_setup(self, problem: str, url: str, what: str) -> None:
+        if self.stopped:
+            return
+        self.stopped, self.stopped_as = True, "setup_error"
+        self.stop_reason = problem
+        log.error(
+            "Prime API at %s: %s, for %s. This is a setting to fix, not a fault to wait out: "
+            "uploads are stopped and every record from now on is counted lost as "
+            "'setup_error'. Check PRIME_TRACES_URL / PRIME_API_BASE_URL (the URL a redirect "
+            "points to, https and its certificate).",
+            url,
+            problem,
+            what,
+        )
 
     def _stop(self, status: int, detail: str, what: str) -> None:
         if self.stopped:

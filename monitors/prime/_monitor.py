@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import anyio
@@ -23,11 +23,13 @@ from ._client import Client
 from ._config import (
     MAX_BATCH_LINES,
     MAX_LINE_BYTES,
+    MAX_REQUEST_BYTES,
     METRICS_PATH,
     TRACES_PATH,
     PrimeConfig,
     Secret,
 )
+from ._stamp import stamp_run
 from ._worker import Worker, result
 
 __all__ = ["PrimeMonitor"]
@@ -37,7 +39,36 @@ log = logging.getLogger("monitors.prime")
 #: Seconds between two warnings about a full queue (drops in between are summed).
 _WARN_EVERY = 5.0
 
-_Item = tuple[Any, int, str, str]  # episode, step, kind, subset
+_Item = tuple[Any, int, Kind, Subset]  # episode, step, kind, subset
+
+#: Rejections that name records (or a size that halving cures), not the request: a batch of
+#: several lines rejected so is split to find the lines (prime-traces' ``ErrorCode``).
+RECORD_CODES: Final = frozenset(
+    {
+        "invalid_trace",
+        "trace_too_large",
+        "too_many_traces_in_episode",
+        "episode_id_too_long",
+        "environment_id_too_long",
+        "duplicate_trace_id",
+        "duplicate_episode_id",
+        "created_at_out_of_window",
+        "unknown_episode_reference",
+        "upload_too_large",
+        "too_many_traces_in_upload",
+    }
+)
+
+
+class _Tally:
+    """Records of one batch not counted yet (its halves are counted as they are answered)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, records: int) -> None:
+        self.left = records
+
+
 _Line = tuple[list[bytes], int]  # encoded chunks, bytes in all
 
 
@@ -75,20 +106,34 @@ class PrimeMonitor(Monitor):
     ``start`` enters the monitor's task group and ``finalize`` leaves it: call both from the
     same task (``async with`` does).
 
-    :param api_key: the Prime API key (default: ``PRIME_API_KEY``).
+    Settings left unset come from the environment, then from ``~/.prime/config.json`` (what
+    ``prime login`` writes), then the SDK's defaults, as in the Prime SDKs.
+
+    :param api_key: the Prime API key (default: ``PRIME_API_KEY``, else ``api_key`` in
+        ``~/.prime/config.json``).
     :param traces_url: the Traces API's base URL (default: ``PRIME_TRACES_URL``, else
-        ``base_url``).
-    :param team_id: sent as ``X-Prime-Team-ID`` (default: ``PRIME_TEAM_ID``).
-    :param base_url: the Prime API's base URL, for metrics (default: ``PRIME_API_BASE_URL``,
-        else https://api.primeintellect.ai).
+        ``traces_url`` in the config file, else https://api.primeintellect.ai; never
+        ``base_url``, which may not route the Traces API).
+    :param team_id: sent as ``X-Prime-Team-ID`` (default: ``PRIME_TEAM_ID``, else
+        ``team_id`` in the config file).
+    :param base_url: the Prime API's base URL, for metrics (default: ``PRIME_API_BASE_URL``
+        or ``PRIME_BASE_URL``, else ``base_url`` in the config file, else
+        https://api.primeintellect.ai).
     :param run_id: the run named in every upload (default: ``RUN_ID``, else a random id).
+    :param stamp_run: set ``run.id`` (``run_id``) and ``run.type`` (the episodes' ``kind``)
+        on each episode and each of its member traces as it is uploaded, as prime-runs does:
+        the service joins a trace to its run by them. The episodes themselves are not changed.
     :param max_in_flight: most batches at once, uploading or being assembled.
     :param queue_records: most episodes waiting in the queue.
     :param batch_bytes: a batch closes before the line that would take it past this many
-        bytes uncompressed (or past 1,000,000 lines).
+        bytes uncompressed (or past 1,000,000 lines); at most 31 MiB, so that every request
+        fits the service's 32 MiB cap.
     :param gzip_level: zlib's scale, 0 (store) to 9.
     :param drain_timeout: seconds ``finalize`` waits for what is queued and in flight.
     :param retry_base: seconds of the first backoff, doubled at each retry (up to 30x).
+    :param attempt_timeout: seconds one request may take in all, sending and answer; a
+        server that takes the body and never answers costs one attempt, not the read
+        timeout of the socket.
     :param linger: seconds without a new episode after which a batch is sent.
     :param metrics_queue: most metrics posts waiting in their queue.
     :param option: encoder options (``encoder.OPT_*``) for each episode's line.
@@ -103,12 +148,14 @@ class PrimeMonitor(Monitor):
         team_id: str | None = None,
         base_url: str | None = None,
         run_id: str | None = None,
+        stamp_run: bool = True,
         max_in_flight: int = 8,
         queue_records: int = 10_000,
         batch_bytes: int = 30 * 2**20,
         gzip_level: int = 1,
         drain_timeout: float = 60.0,
         retry_base: float = 1.0,
+        attempt_timeout: float = 60.0,
         linger: float = 0.05,
         metrics_queue: int = 1_000,
         option: int = 0,
@@ -116,6 +163,8 @@ class PrimeMonitor(Monitor):
     ) -> None:
         # The key is wrapped at once, so no repr, traceback local or log shows it.
         self._api_key = None if api_key is None else Secret(api_key)
+        self.stamp_run = stamp_run
+        self._codes_logged: set[str] = set()  # rejection codes whose message was logged
         self._args: dict[str, Any] = {
             "traces_url": traces_url,
             "team_id": team_id,
@@ -134,6 +183,7 @@ class PrimeMonitor(Monitor):
             "linger": linger,
             "connect_timeout": 30.0,
             "read_timeout": 300.0,
+            "attempt_timeout": attempt_timeout,
         }
         if isinstance(metrics_queue, bool) or not isinstance(metrics_queue, int):
             raise ValueError(f"metrics_queue must be a positive integer, not {metrics_queue!r}")
@@ -187,7 +237,9 @@ class PrimeMonitor(Monitor):
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=config.max_in_flight + 2),
             timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=config.connect_timeout, sock_read=config.read_timeout
+                total=config.attempt_timeout,
+                sock_connect=config.connect_timeout,
+                sock_read=config.read_timeout,
             ),
         )
         self._session = session
@@ -289,7 +341,7 @@ class PrimeMonitor(Monitor):
         assert self._send is not None
         assert self._client is not None
         if self._client.stopped:
-            ledger.lost["unauthorized"] += len(batch)
+            ledger.lost[self._client.stopped_as] += len(batch)
             return
         send = self._send.send_nowait
         if batch:
@@ -389,13 +441,13 @@ class PrimeMonitor(Monitor):
                 continue
             episode, step, kind, subset = item
             if client.stopped:
-                ledger.lost["unauthorized"] += 1
+                ledger.lost[client.stopped_as] += 1
                 if builder is not None:
-                    ledger.lost["unauthorized"] += builder.records
+                    ledger.lost[client.stopped_as] += builder.records
                     builder = None
                     slots.release()
                 continue
-            line = await self._encode(episode, step)
+            line = await self._encode(episode, step, kind)
             if line is None:
                 continue
             chunks, length = line
@@ -421,13 +473,15 @@ class PrimeMonitor(Monitor):
         if builder is not None:
             await self._ship(builder, uploads)
 
-    async def _encode(self, episode: Any, step: int) -> _Line | None:
+    async def _encode(self, episode: Any, step: int, kind: Kind) -> _Line | None:
         """One episode as its NDJSON line, or None (counted lost) if it cannot be one."""
         config = self.config
         assert config is not None
         ledger = self._ledger
         try:
             record = build_record(episode)
+            if self.stamp_run:
+                record = stamp_run(record, config.run_id, kind)
         except Exception as exc:
             ledger.lost["bad_record"] += 1
             log.warning("step %d: episode has no record: %r", step, exc)
@@ -439,7 +493,7 @@ class PrimeMonitor(Monitor):
             async with aclosing(encoded):
                 async for chunk in encoded:
                     length += len(chunk)
-                    if length > config.line_bytes:
+                    if length > config.line_bytes + 1:  # the cap leaves out the newline
                         ledger.lost["too_large"] += 1
                         log.warning(
                             "step %d: episode refused: its line is over %d bytes",
@@ -459,61 +513,125 @@ class PrimeMonitor(Monitor):
         worker) while the loop goes on with the next batch."""
         config = self.config
         assert config is not None
+        # The service takes only strings here (prime-traces types it Dict[str, str]); "source"
+        # and "run_type" as prime-runs sends them.
         context = {
+            "source": "nodewise",
+            "run_type": builder.kind,
             "run_id": config.run_id,
-            "step": builder.last_step,
-            "first_step": builder.first_step,
-            "kind": builder.kind,
+            "step": str(builder.last_step),
+            "first_step": str(builder.first_step),
             "subset": builder.subset,
         }
-        uploads.start_soon(self._upload, builder.records, await builder.close(context))
+        closing = await builder.close(context)
+        uploads.start_soon(self._upload, builder, closing, context)
 
     # -- the background: uploading ------------------------------------------------------
 
-    async def _upload(self, records: int, closing: Future[Batch]) -> None:
-        config, client, slots = self.config, self._client, self._slots
-        assert config is not None
-        assert client is not None
+    async def _upload(
+        self, builder: BatchBuilder, closing: Future[Batch], context: dict[str, str]
+    ) -> None:
+        ledger, slots = self._ledger, self._slots
         assert slots is not None
-        ledger = self._ledger
-        what = f"traces batch ({records} records)"
+        tally = _Tally(builder.records)
         try:
             batch = await result(closing)
-            what = f"traces batch {batch.key[7:19]} ({records} records)"
-            if batch.spaces:
-                log.debug(
-                    "Prime monitor: %s repeats an earlier batch's lines; its last line ends "
-                    "in %d space(s) so that its key is its own",
-                    what,
-                    batch.spaces,
-                )
-            headers = {
-                "Content-Type": batch.body.content_type,
-                "Idempotency-Key": batch.key,
-                "X-Prime-Line-Format": "episode",
-            }
-            answer = await client.post(
-                config.traces_url + TRACES_PATH, batch.body, headers, what=what, committed=True
-            )
-            if answer.outcome == "delivered":
-                ledger.delivered += records
-            else:
-                ledger.lost[answer.outcome] += records
-                if answer.outcome != "unauthorized":
-                    log.warning(
-                        "Prime monitor: %s lost (%s after %d attempt(s)): %s",
-                        what,
-                        answer.outcome,
-                        answer.attempts,
-                        answer.detail
-                        if answer.status is None
-                        else f"HTTP {answer.status} {answer.detail}",
-                    )
+            await self._post(batch, builder, context, tally)
         except Exception:
-            ledger.lost["internal_error"] += records
-            log.exception("Prime monitor: %s failed", what)
+            ledger.lost["internal_error"] += tally.left
+            log.exception("Prime monitor: traces batch (%d records) failed", builder.records)
         finally:
             slots.release()
+
+    async def _post(
+        self, batch: Batch, builder: BatchBuilder, context: dict[str, str], tally: _Tally
+    ) -> None:
+        """Post one batch and count its records by the answer. A rejection naming a record
+        (``RECORD_CODES``) of a batch of several lines is not counted: its halves are sent
+        instead, so only the offending lines are lost (about 2·log2(lines) more requests for
+        each; each half is new content, so no rejection is ever retried unchanged)."""
+        config, client = self.config, self._client
+        assert config is not None
+        assert client is not None
+        records = batch.records
+        what = f"traces batch {batch.key[7:19]} ({records} records)"
+        if batch.spaces:
+            log.debug(
+                "Prime monitor: %s repeats an earlier batch's lines; its last line ends "
+                "in %d space(s) so that its key is its own",
+                what,
+                batch.spaces,
+            )
+        if batch.body.size > MAX_REQUEST_BYTES:  # one line, alone in its batch
+            self._count(tally, "too_large", records)
+            log.warning(
+                "Prime monitor: %s refused: its request would be %d bytes, over the "
+                "service's %d byte cap",
+                what,
+                batch.body.size,
+                MAX_REQUEST_BYTES,
+            )
+            return
+        headers = {
+            "Content-Type": batch.body.content_type,
+            "Idempotency-Key": batch.key,
+            "X-Prime-Line-Format": "episode",
+        }
+        answer = await client.post(
+            config.traces_url + TRACES_PATH, batch.body, headers, what=what, committed=True
+        )
+        if answer.outcome == "delivered":
+            self._count(tally, "delivered", records)
+            return
+        code = answer.code if answer.outcome == "rejected" else None
+        if code in RECORD_CODES and records > 1:
+            log.info("Prime monitor: %s rejected (%s); sending its halves", what, code)
+            await self._send_halves(batch, builder, context, tally)
+            return
+        self._count(tally, answer.reason, records)
+        # A rejection's code is logged with its message once; the counts say the rest.
+        if code is not None and code in self._codes_logged:
+            log.debug("Prime monitor: %s lost (%s)", what, answer.reason)
+        elif answer.outcome not in ("unauthorized", "setup_error"):
+            if code is not None:
+                self._codes_logged.add(code)
+            log.warning(
+                "Prime monitor: %s lost (%s after %d attempt(s)): %s%s",
+                what,
+                answer.reason,
+                answer.attempts,
+                answer.detail if answer.status is None else f"HTTP {answer.status} {answer.detail}",
+                " (later batches rejected with this code are only counted)"
+                if code is not None
+                else "",
+            )
+
+    async def _send_halves(
+        self, batch: Batch, builder: BatchBuilder, context: dict[str, str], tally: _Tally
+    ) -> None:
+        config, worker = self.config, self._worker
+        assert config is not None
+        assert worker is not None
+        lines = await result(worker.submit(batch.lines))
+        middle = len(lines) // 2
+        for part in (lines[:middle], lines[middle:]):
+            half = BatchBuilder(
+                worker=worker,
+                keys=self._keys,
+                gzip_level=config.gzip_level,
+                kind=builder.kind,
+                subset=builder.subset,
+            )
+            for line in part:
+                await half.add([line + b"\n"], len(line) + 1, step=0)
+            await self._post(await result(await half.close(context)), builder, context, tally)
+
+    def _count(self, tally: _Tally, reason: str, records: int) -> None:
+        if reason == "delivered":
+            self._ledger.delivered += records
+        else:
+            self._ledger.lost[reason] += records
+        tally.left -= records
 
     async def _send_metrics(self) -> None:
         config, client, receive = self.config, self._client, self._metrics_receive
@@ -536,8 +654,8 @@ class PrimeMonitor(Monitor):
                     if answer.outcome == "delivered":
                         ledger.delivered += 1
                     else:
-                        ledger.lost[answer.outcome] += 1
-                        if answer.outcome != "unauthorized":
+                        ledger.lost[answer.reason] += 1
+                        if answer.outcome not in ("unauthorized", "setup_error"):
                             log.warning(
                                 "Prime monitor: metrics post lost (%s): %s",
                                 answer.outcome,
