@@ -437,12 +437,16 @@ async def test_a_full_queue_drops_the_newest_and_warns_once(
 
 @pytest.mark.anyio
 async def test_drain_timeout_counts_what_was_left(server: TracesServer) -> None:
+    """What was sent and never answered may be stored (``unconfirmed``); what never left,
+    waiting for an upload slot, is not (``drain_timeout``)."""
     await server.aset_faults(latency=5.0)
-    async with make(server, drain_timeout=0.5) as monitor:
-        await monitor.log_episodes([small(i) for i in range(10)], step=0)
+    async with make(server, drain_timeout=0.5, max_in_flight=1) as monitor:
+        await monitor.log_episodes([small(i) for i in range(6)], step=0)
+        await anyio.sleep(0.2)  # sent, as a batch of its own
+        await monitor.log_episodes([small(i) for i in range(6, 10)], step=1)
         began = time.monotonic()
     assert time.monotonic() - began < 2.5
-    assert monitor.stats() == DeliveryStats(10, 0, {"drain_timeout": 10})
+    assert monitor.stats() == DeliveryStats(10, 0, {"unconfirmed": 6, "drain_timeout": 4})
 
 
 @pytest.mark.anyio
@@ -460,7 +464,7 @@ async def test_cancelled_finalize_still_accounts_for_everything(server: TracesSe
         await anyio.sleep(0.5)
         group.cancel_scope.cancel()
     await monitor.finalize()  # again: nothing to do
-    assert monitor.stats() == DeliveryStats(10, 0, {"cancelled": 10})
+    assert monitor.stats() == DeliveryStats(10, 0, {"unconfirmed": 10})  # all sent at once
     balanced(monitor.metrics_stats())
     with pytest.raises(RuntimeError, match="finalized"):
         await monitor.log_episodes([small(1)], step=1)

@@ -165,6 +165,7 @@ class PrimeMonitor(Monitor):
         self._api_key = None if api_key is None else Secret(api_key)
         self.stamp_run = stamp_run
         self._codes_logged: set[str] = set()  # rejection codes whose message was logged
+        self._sent = 0  # records of requests sent and not answered yet (see ``_count_rest``)
         self._args: dict[str, Any] = {
             "traces_url": traces_url,
             "team_id": team_id,
@@ -297,6 +298,20 @@ class PrimeMonitor(Monitor):
                 self._count_rest(reason)
 
     def _count_rest(self, reason: str) -> None:
+        """Count what finalize left undelivered: records whose upload was sent but never
+        answered as ``unconfirmed`` (the service may have stored them), the rest (never sent)
+        as ``reason``."""
+        ledger = self._ledger
+        rest = ledger.submitted - ledger.delivered - sum(ledger.lost.values())
+        unconfirmed = min(self._sent, rest)
+        if unconfirmed > 0:
+            ledger.lost["unconfirmed"] += unconfirmed
+            log.warning(
+                "Prime monitor: %d episode(s) sent but never confirmed at finalize (%s); the "
+                "service may have stored them",
+                unconfirmed,
+                reason,
+            )
         for ledger, what in (
             (self._ledger, "episode(s)"),
             (self._metrics_ledger, "metrics post(s)"),
@@ -577,9 +592,17 @@ class PrimeMonitor(Monitor):
             "Idempotency-Key": batch.key,
             "X-Prime-Line-Format": "episode",
         }
-        answer = await client.post(
-            config.traces_url + TRACES_PATH, batch.body, headers, what=what, committed=True
-        )
+        self._sent += records
+        try:
+            answer = await client.post(
+                config.traces_url + TRACES_PATH, batch.body, headers, what=what, committed=True
+            )
+        except anyio.get_cancelled_exc_class():
+            raise  # sent, never answered: counted "unconfirmed" by finalize
+        except BaseException:
+            self._sent -= records
+            raise
+        self._sent -= records
         if answer.outcome == "delivered":
             self._count(tally, "delivered", records)
             return
