@@ -99,6 +99,7 @@ def make(server: TracesServer, **kwargs: Any) -> PrimeMonitor:
         "team_id": TEAM,
         "run_id": RUN,
         "retry_base": 0.01,
+        "retry_for": 1.0,
         **kwargs,
     }
     return PrimeMonitor(**options)
@@ -314,7 +315,7 @@ async def test_to_record_is_called_when_batched_and_bad_records_are_counted(
 @pytest.mark.anyio
 async def test_429_honours_retry_after(server: TracesServer) -> None:
     await server.aset_faults(script=[429], retry_after=1)
-    async with make(server, retry_base=5.0) as monitor:  # backoff alone would wait 2.5 s+
+    async with make(server, retry_base=5.0, retry_for=10.0) as monitor:  # backoff: 2.5 s+
         await monitor.log_episodes([small(i) for i in range(10)], step=0)
     assert monitor.stats() == DeliveryStats(10, 10, {})
     first, second = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
@@ -325,17 +326,39 @@ async def test_429_honours_retry_after(server: TracesServer) -> None:
 
 
 @pytest.mark.anyio
-async def test_503_bursts_are_retried_then_given_up(server: TracesServer) -> None:
-    await server.aset_faults(script=[503] * 7)
-    async with make(server, max_in_flight=1) as monitor:
+async def test_503s_are_retried_for_retry_for_then_given_up(server: TracesServer) -> None:
+    await server.aset_faults(script=[503] * 1000)
+    started = time.monotonic()
+    async with make(server, retry_for=0.5) as monitor:
         await monitor.log_episodes([small(i) for i in range(10)], step=0)
-        await wait_until(lambda: _requests_at_least(server, 5))
-        await monitor.log_episodes([small(i) for i in range(10, 20)], step=1)
-    stats = monitor.stats()
-    assert stats == DeliveryStats(20, 10, {"failed": 10}), stats
-    served = await server.astats()
-    assert served["requests"] == {"200": 1, "503": 7}
-    assert served["unique_ids"] == 10
+    assert monitor.stats() == DeliveryStats(10, 0, {"failed": 10})
+    requests = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
+    assert len(requests) >= 3
+    assert {r["status"] for r in requests} == {503}
+    assert len({r["idempotency_key"] for r in requests}) == 1
+    assert time.monotonic() - started < 10  # given up after about half a second
+
+
+@pytest.mark.anyio
+async def test_an_outage_shorter_than_retry_for_loses_nothing(server: TracesServer) -> None:
+    """A server down for a few seconds (connections refused), then back: every batch sent
+    during the outage is retried until it is delivered."""
+    async with make(server, retry_base=0.1, retry_for=30.0, max_in_flight=4) as monitor:
+        await monitor.log_episodes([small(i) for i in range(10)], step=0)
+        await wait_until(lambda: _delivered(monitor, 10))
+        await anyio.to_thread.run_sync(server.stop)  # the port stays: connections refused
+        for step in range(1, 4):
+            await monitor.log_episodes([small(step * 10 + i) for i in range(10)], step=step)
+            await anyio.sleep(0.5)
+        await anyio.sleep(1.5)
+        await anyio.to_thread.run_sync(server.start)
+    assert monitor.stats() == DeliveryStats(40, 40, {})
+    # the restarted server process counts from zero: the 30 sent during the outage, once
+    assert (await server.astats())["unique_ids"] == 30
+
+
+async def _delivered(monitor: PrimeMonitor, n: int) -> bool:
+    return monitor.stats().delivered >= n
 
 
 async def _requests_at_least(server: TracesServer, n: int) -> bool:
@@ -711,11 +734,17 @@ async def test_a_2xx_that_is_not_committed_is_retried_with_the_same_bytes(
 async def test_a_2xx_never_committed_counts_as_failed(fake_api: StartApi) -> None:
     api = await fake_api([(201, b'{"upload_id": "u-1", "status": "queued"}')])
     async with PrimeMonitor(
-        api_key=KEY, traces_url=api.url, base_url=api.url, run_id=RUN, retry_base=0.01
+        api_key=KEY,
+        traces_url=api.url,
+        base_url=api.url,
+        run_id=RUN,
+        retry_base=0.01,
+        retry_for=0.3,
     ) as monitor:
         await monitor.log_episodes([small(i) for i in range(10)], step=0)
     assert monitor.stats() == DeliveryStats(10, 0, {"failed": 10})
-    assert len(api.requests) == 5  # every attempt
+    assert len(api.requests) >= 3  # every attempt in retry_for
+    assert len({headers["idempotency-key"] for headers, _ in api.requests}) == 1
 
 
 # -- the worker thread ------------------------------------------------------------------------
@@ -1108,4 +1137,4 @@ async def test_a_server_that_never_answers_costs_an_attempt_not_minutes(
     async with make(server, attempt_timeout=0.3) as monitor:
         await monitor.log_episodes([small(1)], step=0)
     assert monitor.stats() == DeliveryStats(1, 0, {"failed": 1})
-    assert time.monotonic() - started < 15  # 5 attempts of 0.3 s and short backoffs
+    assert time.monotonic() - started < 15  # attempts of 0.3 s for retry_for (1 s)

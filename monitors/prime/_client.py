@@ -1,8 +1,8 @@
 """HTTP to the Prime API over one aiohttp session: one POST with retries, never raising.
 
 429/500/502/503/504, transport errors and (for traces) a 2xx without ``"status": "committed"``
-are retried with the same bytes and key, after ``Retry-After`` or a jittered backoff
-(docs/design.md D12). A 401/403 stops every later request, and so does a setup error (a
+are retried with the same bytes and key, after ``Retry-After`` or a jittered backoff capped
+at 30 times ``retry_base``, for ``retry_for`` seconds (docs/design.md D12). A 401/403 stops every later request, and so does a setup error (a
 redirect, which is never followed, or a TLS failure), at once; other answers outside 2xx
 reject.
 """
@@ -10,6 +10,7 @@ reject.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import re
@@ -164,15 +165,17 @@ class Client:
         what: str,
         committed: bool = False,
     ) -> Result:
-        """POST ``body`` until it is answered for good or the attempts run out. A ``Body`` is
-        streamed piece by piece (with its ``Content-Length``), afresh on every attempt. With
-        ``committed``, a 2xx counts only with ``"status": "committed"`` (else it is retried)."""
+        """POST ``body`` until it is answered for good, or until the next retry would start
+        more than ``retry_for`` seconds after the first attempt. A ``Body`` is streamed piece
+        by piece (with its ``Content-Length``), afresh on every attempt. With ``committed``,
+        a 2xx counts only with ``"status": "committed"`` (else it is retried)."""
         config = self.config
         headers = {**headers, **self._auth}
         if isinstance(body, Body):
             headers["Content-Length"] = str(body.size)
         last = Result("failed")
-        for attempt in range(config.attempts):
+        give_up = time.monotonic() + config.retry_for
+        for attempt in itertools.count():
             if self.stopped:
                 return Result(self.stopped_as, None, self.stop_reason, attempt)
             delay: float | None = None
@@ -215,17 +218,18 @@ class Client:
                     log.warning("%s: HTTP %d %s", what, status, detail)
                 last = Result("failed", status, detail, attempt + 1)
                 delay = retry_after_seconds(retry_after, cap=config.retry_after_cap)
-            if attempt + 1 >= config.attempts:
-                break
             if delay is None:
                 delay = self.backoff(attempt)
+            left = give_up - time.monotonic()
+            if delay > left:
+                break
             log.info(
-                "%s: attempt %d of %d failed (%s); retrying in %.2f s",
+                "%s: attempt %d failed (%s); retrying in %.2f s (for %.0f s more)",
                 what,
                 attempt + 1,
-                config.attempts,
                 last.detail if last.status is None else f"HTTP {last.status}",
                 delay,
+                left,
             )
             await anyio.sleep(delay)
         return last

@@ -117,7 +117,7 @@ class PrimeConfig:
     drain_timeout: float
     retry_base: float
     retry_after_cap: float
-    attempts: int
+    retry_for: float
     linger: float
     connect_timeout: float
     read_timeout: float
@@ -141,7 +141,7 @@ class PrimeConfig:
         drain_timeout: float,
         retry_base: float,
         retry_after_cap: float,
-        attempts: int,
+        retry_for: float,
         linger: float,
         connect_timeout: float,
         read_timeout: float,
@@ -188,13 +188,13 @@ class PrimeConfig:
             ("batch_bytes", batch_bytes),
             ("batch_lines", batch_lines),
             ("line_bytes", line_bytes),
-            ("attempts", attempts),
         ):
             _positive(name, number, integer=True)
         for name, seconds in (
             ("drain_timeout", drain_timeout),
             ("retry_base", retry_base),
             ("retry_after_cap", retry_after_cap),
+            ("retry_for", retry_for),
             ("connect_timeout", connect_timeout),
             ("read_timeout", read_timeout),
             ("attempt_timeout", attempt_timeout),
@@ -224,7 +224,7 @@ class PrimeConfig:
             drain_timeout=float(drain_timeout),
             retry_base=float(retry_base),
             retry_after_cap=float(retry_after_cap),
-            attempts=attempts,
+            retry_for=float(retry_for),
             linger=float(linger),
             connect_timeout=float(connect_timeout),
             read_timeout=float(read_timeout),

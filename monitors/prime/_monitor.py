@@ -131,6 +131,8 @@ class PrimeMonitor(Monitor):
     :param gzip_level: zlib's scale, 0 (store) to 9.
     :param drain_timeout: seconds ``finalize`` waits for what is queued and in flight.
     :param retry_base: seconds of the first backoff, doubled at each retry (up to 30x).
+    :param retry_for: seconds a batch is retried (an outage, a 5xx, a 429) from its first
+        attempt before its records are counted ``failed``.
     :param attempt_timeout: seconds one request may take in all, sending and answer; a
         server that takes the body and never answers costs one attempt, not the read
         timeout of the socket.
@@ -155,6 +157,7 @@ class PrimeMonitor(Monitor):
         gzip_level: int = 1,
         drain_timeout: float = 60.0,
         retry_base: float = 1.0,
+        retry_for: float = 300.0,
         attempt_timeout: float = 60.0,
         linger: float = 0.05,
         metrics_queue: int = 1_000,
@@ -180,7 +183,7 @@ class PrimeMonitor(Monitor):
             "drain_timeout": drain_timeout,
             "retry_base": retry_base,
             "retry_after_cap": 60.0,
-            "attempts": 5,
+            "retry_for": retry_for,
             "linger": linger,
             "connect_timeout": 30.0,
             "read_timeout": 300.0,
