@@ -1138,3 +1138,56 @@ async def test_a_server_that_never_answers_costs_an_attempt_not_minutes(
         await monitor.log_episodes([small(1)], step=0)
     assert monitor.stats() == DeliveryStats(1, 0, {"failed": 1})
     assert time.monotonic() - started < 15  # attempts of 0.3 s for retry_for (1 s)
+
+
+# -- memory under a stalled service ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_stalled_service_holds_at_most_queue_bytes(
+    server: TracesServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that takes requests and never answers: what the monitor holds (queued and
+    uploading) stays within ``queue_bytes``, the newest episodes past it are counted
+    ``queue_full``, and one warning says so before it fills."""
+    await server.aset_faults(latency=30.0)
+    line = len(stamped(small(0))) + 1  # ~3 kB with its newline
+    with caplog.at_level(logging.WARNING, logger="monitors.prime"):
+        async with make(server, queue_bytes=100 * line, drain_timeout=0.5) as monitor:
+            await monitor.log_episodes([small(i) for i in range(10)], step=0)
+            await wait_until(lambda: _sent(monitor, 10))  # encoded: the mean line is known
+            for step in range(1, 30):
+                await monitor.log_episodes([small(i) for i in range(10)], step=step)
+                await anyio.sleep(0)
+    stats = monitor.stats()
+    assert stats.submitted == 300
+    kept = stats.submitted - stats.lost["queue_full"]
+    assert 90 <= kept <= 105, stats  # 100 lines' worth, give or take the mean's error
+    balanced(stats)
+    held = [r.getMessage() for r in caplog.records if "of episodes held" in r.getMessage()]
+    assert len(held) == 1, held
+
+
+async def _sent(monitor: PrimeMonitor, n: int) -> bool:
+    return monitor._sent >= n
+
+
+@pytest.mark.anyio
+async def test_an_old_queue_is_warned_of_once(
+    server: TracesServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(monitors.prime._monitor, "PENDING_AGE", 0.2)
+    await server.aset_faults(latency=30.0)
+    with caplog.at_level(logging.WARNING, logger="monitors.prime"):
+        async with make(server, drain_timeout=0.3, max_in_flight=1) as monitor:
+            for step in range(6):
+                await monitor.log_episodes([small(i) for i in range(3)], step=step)
+                await anyio.sleep(0.1)
+    held = [r.getMessage() for r in caplog.records if "of episodes held" in r.getMessage()]
+    assert len(held) == 1, held
+    assert "the oldest for" in held[0]
+
+
+def test_queue_bytes_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="queue_bytes"):
+        PrimeMonitor(queue_bytes=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from contextlib import aclosing
@@ -40,6 +41,9 @@ log = logging.getLogger("monitors.prime")
 _WARN_EVERY = 5.0
 
 _Item = tuple[Any, int, Kind, Subset]  # episode, step, kind, subset
+
+#: Seconds the oldest queued episode may wait before the monitor warns (once).
+PENDING_AGE = 60.0
 
 #: Rejections that name records (or a size that halving cures), not the request: a batch of
 #: several lines rejected so is split to find the lines (prime-traces' ``ErrorCode``).
@@ -125,6 +129,9 @@ class PrimeMonitor(Monitor):
         the service joins a trace to its run by them. The episodes themselves are not changed.
     :param max_in_flight: most batches at once, uploading or being assembled.
     :param queue_records: most episodes waiting in the queue.
+    :param queue_bytes: most bytes of JSON held, waiting or uploading (queued episodes
+        counted at the mean size of the lines encoded so far); a call that would pass it
+        drops the newest episodes as ``queue_full``.
     :param batch_bytes: a batch closes before the line that would take it past this many
         bytes uncompressed (or past 1,000,000 lines); at most 31 MiB, so that every request
         fits the service's 32 MiB cap.
@@ -153,6 +160,7 @@ class PrimeMonitor(Monitor):
         stamp_run: bool = True,
         max_in_flight: int = 8,
         queue_records: int = 10_000,
+        queue_bytes: int = 1 << 30,
         batch_bytes: int = 30 * 2**20,
         gzip_level: int = 1,
         drain_timeout: float = 60.0,
@@ -169,6 +177,16 @@ class PrimeMonitor(Monitor):
         self.stamp_run = stamp_run
         self._codes_logged: set[str] = set()  # rejection codes whose message was logged
         self._sent = 0  # records of requests sent and not answered yet (see ``_count_rest``)
+        if isinstance(queue_bytes, bool) or not isinstance(queue_bytes, int) or queue_bytes < 1:
+            raise ValueError(f"queue_bytes must be a positive integer, not {queue_bytes!r}")
+        self.queue_bytes = queue_bytes
+        # What is held, for ``queue_bytes``: encoded lines not yet counted (bytes), the
+        # episodes queued (their enqueue times, oldest first) and the lines' mean size.
+        self._held = 0
+        self._enqueued: deque[float] = deque()
+        self._encoded_lines = 0
+        self._encoded_bytes = 0
+        self._warned_pending = False
         self._args: dict[str, Any] = {
             "traces_url": traces_url,
             "team_id": team_id,
@@ -364,8 +382,14 @@ class PrimeMonitor(Monitor):
         send = self._send.send_nowait
         if batch:
             self._arrived.set()
+        mean = self._encoded_bytes / self._encoded_lines if self._encoded_lines else 0.0
+        pending = self._held + len(self._enqueued) * mean
+        now = time.monotonic()
+        self._warn_pending(pending, now)
         for i, episode in enumerate(batch):
             try:
+                if pending + mean > self.queue_bytes:
+                    raise anyio.WouldBlock
                 send((episode, step, kind, subset))
             except anyio.WouldBlock:
                 ledger.lost["queue_full"] += len(batch) - i
@@ -375,6 +399,27 @@ class PrimeMonitor(Monitor):
                 ledger.lost["internal_error"] += len(batch) - i
                 log.error("Prime monitor: the batch assembler is gone; episodes not queued")
                 return
+            self._enqueued.append(now)
+            pending += mean
+
+    def _warn_pending(self, pending: float, now: float) -> None:
+        """Warn once when what is held passes half of ``queue_bytes`` or the oldest queued
+        episode has waited ``PENDING_AGE`` seconds (again after it has drained)."""
+        oldest = now - self._enqueued[0] if self._enqueued else 0.0
+        if pending > self.queue_bytes / 2 or oldest > PENDING_AGE:
+            if not self._warned_pending:
+                self._warned_pending = True
+                log.warning(
+                    "Prime monitor: %.0f MiB of episodes held (%d queued, the oldest for "
+                    "%.0f s): the service is slow or unreachable. Past %.0f MiB (queue_bytes) "
+                    "the newest are dropped as 'queue_full'.",
+                    pending / 2**20,
+                    len(self._enqueued),
+                    oldest,
+                    self.queue_bytes / 2**20,
+                )
+        elif pending < self.queue_bytes / 4:
+            self._warned_pending = False
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
         """Queue one metrics post (non-finite values dropped and named) and return at once."""
@@ -458,10 +503,13 @@ class PrimeMonitor(Monitor):
                 builder = None
                 continue
             episode, step, kind, subset = item
+            if self._enqueued:
+                self._enqueued.popleft()
             if client.stopped:
                 ledger.lost[client.stopped_as] += 1
                 if builder is not None:
                     ledger.lost[client.stopped_as] += builder.records
+                    self._held -= builder.size
                     builder = None
                     slots.release()
                 continue
@@ -469,6 +517,9 @@ class PrimeMonitor(Monitor):
             if line is None:
                 continue
             chunks, length = line
+            self._encoded_lines += 1
+            self._encoded_bytes += length
+            self._held += length
             if builder is not None and (
                 (builder.kind, builder.subset) != (kind, subset)
                 or not builder.fits(
@@ -559,6 +610,7 @@ class PrimeMonitor(Monitor):
             ledger.lost["internal_error"] += tally.left
             log.exception("Prime monitor: traces batch (%d records) failed", builder.records)
         finally:
+            self._held -= builder.size
             slots.release()
 
     async def _post(
