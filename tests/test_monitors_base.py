@@ -230,7 +230,7 @@ async def test_fan_out_to_every_real_monitor(
     from monitors import PrimeMonitor, WandbMonitor
     from monitors.testing import TracesServer
 
-    episodes = [{"id": i, "text": "x" * 1000} for i in range(20)]
+    episodes = [{"id": i, "text": "x" * 1000, "traces": []} for i in range(20)]
     with TracesServer(api_key="k") as server:
         files = FileMonitor(tmp_path / "files")
         prime = PrimeMonitor(api_key="k", traces_url=server.url, base_url=server.url, run_id="r")

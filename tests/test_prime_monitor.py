@@ -84,11 +84,12 @@ def stamped(episode: Any, kind: str = "train") -> bytes:
 
 
 def small(i: int, size: int = 3000) -> dict[str, Any]:
-    return {"id": i, "text": f"episode {i} " + "x" * size, "reward": i / 7}
+    """An episode as the service takes one: an object with a ``traces`` list."""
+    return {"id": i, "text": f"episode {i} " + "x" * size, "reward": i / 7, "traces": []}
 
 
 def big(i: int, megabytes: int) -> dict[str, Any]:
-    return {"id": i, "parts": [BIG] * megabytes, "reward": 1.0}
+    return {"id": i, "parts": [BIG] * megabytes, "reward": 1.0, "traces": []}
 
 
 def make(server: TracesServer, **kwargs: Any) -> PrimeMonitor:
@@ -242,10 +243,10 @@ async def test_a_repeat_of_a_full_batch_stays_within_the_limit() -> None:
     # Two lines that fill a batch to the byte: their repeat needs a space more, and a server
     # that holds batches to the limit would refuse it (413) unless the batch left room.
     limit = 20_000
-    episodes = [{"id": i, "text": "x" * (limit // 2 - 19)} for i in range(2)]
+    episodes = [{"id": i, "text": "x" * (limit // 2 - 31), "traces": []} for i in range(2)]
     assert sum(len(orjson.dumps(e)) + 1 for e in episodes) == limit
     with TracesServer(api_key=KEY, max_batch_bytes=limit) as server:
-        async with make(server, batch_bytes=limit) as monitor:
+        async with make(server, batch_bytes=limit, stamp_run=False) as monitor:
             for subset in ("all", "effective"):
                 await monitor.log_episodes(episodes, step=1, subset=subset)  # type: ignore[arg-type]
                 await anyio.sleep(0.2)
@@ -629,7 +630,9 @@ async def test_a_boundary_found_in_the_data_is_redrawn(
 ) -> None:
     clash = b"nodewise-clash-4b1d"
     monkeypatch.setattr(_batch, "new_boundary", lambda: clash)
-    episodes = [{"id": i, "text": f"before {clash.decode()} after " * 50} for i in range(5)]
+    episodes = [
+        {"id": i, "text": f"before {clash.decode()} after " * 50, "traces": []} for i in range(5)
+    ]
     async with make(server, gzip_level=0) as monitor:  # stored: the text shows in the body
         await monitor.log_episodes(episodes, step=0)
     assert monitor.stats() == DeliveryStats(5, 5, {})
@@ -860,9 +863,9 @@ async def test_stamp_run_false_uploads_the_records_as_they_are(server: TracesSer
 @pytest.mark.anyio
 async def test_the_line_cap_leaves_out_the_newline(server: TracesServer) -> None:
     """The SDK counts a line's bytes without its newline: a line of exactly the cap goes."""
-    at_cap = {"id": 1, "text": "x" * 1000}
+    at_cap = {"id": 1, "text": "x" * 1000, "traces": []}
     cap = len(orjson.dumps(at_cap))
-    over = {"id": 2, "text": "x" * 1001}
+    over = {"id": 2, "text": "x" * 1001, "traces": []}
     monitor = make(server, stamp_run=False)
     monitor._args["line_bytes"] = cap
     async with monitor:
@@ -880,13 +883,15 @@ async def test_a_line_whose_request_is_over_32_mib_is_refused_before_it_is_sent(
     ``too_large`` and never sent; compressed below the cap, the same size goes."""
     noise = os.urandom(17 << 20).hex()  # 34 MiB that gzip cannot shrink much
     async with make(server, gzip_level=0) as monitor:
-        await monitor.log_episodes([small(1), {"id": 2, "noise": noise}, small(3)], step=0)
+        await monitor.log_episodes(
+            [small(1), {"id": 2, "noise": noise, "traces": []}, small(3)], step=0
+        )
     assert monitor.stats() == DeliveryStats(3, 2, {"too_large": 1})
     sent = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
     assert all(r["body_bytes"] <= MAX_REQUEST_BYTES for r in sent)
     assert sorted(orjson.loads(line)["id"] for line in await server.alines()) == [1, 3]
     async with make(server, gzip_level=1) as monitor:
-        await monitor.log_episodes([{"id": 4, "text": "z" * (34 << 20)}], step=0)
+        await monitor.log_episodes([{"id": 4, "text": "z" * (34 << 20), "traces": []}], step=0)
     assert monitor.stats() == DeliveryStats(1, 1, {})
 
 
@@ -1069,7 +1074,7 @@ async def test_a_certificate_the_client_cannot_verify_is_a_setup_error(
 
 
 def named(i: int) -> dict[str, Any]:
-    return {"id": f"ep-{i}", "text": "x" * 200}
+    return {"id": f"ep-{i}", "text": "x" * 200, "traces": []}
 
 
 @pytest.mark.anyio

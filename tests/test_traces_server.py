@@ -155,7 +155,11 @@ async def post_metrics(server: TracesServer, body: bytes, api_key: str = "test-k
         return Answer(r.status, orjson.loads(await r.read()), dict(r.headers))
 
 
-RECORDS = [{"id": f"ep-{i}", "reward": i / 10, "text": "é漢🙂\n"} for i in range(50)]
+#: Episodes as the service takes them (the "episode" line format): objects with a traces list.
+RECORDS = [
+    {"id": f"ep-{i}", "reward": i / 10, "text": "é漢🙂\n", "traces": [{"id": f"t-{i}"}]}
+    for i in range(50)
+]
 GOOD = Upload(ndjson(RECORDS))
 
 
@@ -164,7 +168,7 @@ GOOD = Upload(ndjson(RECORDS))
 
 @pytest.mark.anyio
 async def test_valid_upload_is_committed_and_counted(server: TracesServer) -> None:
-    records = [*RECORDS, {"id": "ep-3", "dup": True}, {"no_id": 1}, [1, 2], "text"]
+    records = [*RECORDS, {"no_id": 1, "traces": []}, {"no_id": 2, "traces": [{"x": 1}]}]
     upload = Upload(ndjson(records))
     answer = await post(server, upload)
     assert answer.status == 200, answer.body
@@ -177,8 +181,8 @@ async def test_valid_upload_is_committed_and_counted(server: TracesServer) -> No
     assert stats["uploads"] == 1
     assert stats["lines_received"] == stats["lines_stored"] == len(records)
     assert stats["unique_ids"] == 50
-    assert stats["duplicate_ids"] == 1
-    assert stats["records_without_id"] == 3
+    assert stats["duplicate_ids"] == 0
+    assert stats["records_without_id"] == 2
     assert stats["uncompressed_bytes"] == len(upload.lines)
     assert stats["compressed_bytes"] == len(gzip.compress(upload.lines, 1))
     assert stats["body_bytes"] == len(upload.body())
@@ -208,7 +212,7 @@ async def test_replay_answers_the_same_upload_id_and_stores_nothing(
 async def test_several_gzip_members_and_a_last_line_without_newline(
     server: TracesServer,
 ) -> None:
-    lines = ndjson(RECORDS[:10]) + b'{"id": "last"}'
+    lines = ndjson(RECORDS[:10]) + b'{"id": "last", "traces": []}'
     half = len(lines) // 2
     compressed = gzip.compress(lines[:half]) + gzip.compress(lines[half:])
     answer = await post(server, Upload(lines, compressed=compressed))
@@ -256,7 +260,6 @@ async def test_wrong_team_is_forbidden(server: TracesServer, team: str | None) -
         ({"key": None}, "missing Idempotency-Key"),
         ({"key": "sha256:" + "0" * 64}, "is not the sha256"),
         ({"key": "md5:abc"}, "sha256:<64 hex digits>"),
-        ({"line_format": None}, "X-Prime-Line-Format"),
         ({"line_format": "record"}, "X-Prime-Line-Format"),
         ({"compressed": b"this is not gzip"}, "not valid gzip"),
         ({"compressed": gzip.compress(GOOD.lines)[:-12]}, "truncated gzip"),
@@ -265,7 +268,10 @@ async def test_wrong_team_is_forbidden(server: TracesServer, team: str | None) -
         ({"metadata": b'{"schema_version": 2, "context": {}}'}, "schema_version must be 1"),
         ({"metadata": b'{"schema_version": 1, "context": [1]}'}, "context must map strings"),
         ({"metadata": b'{"schema_version": 1, "context": {"step": 3}}'}, "to strings, not"),
-        ({"traces_headers": TRACES_PART_HEADERS[:2]}, "Content-Encoding must be gzip"),
+        (
+            {"traces_headers": (*TRACES_PART_HEADERS[:2], ("Content-Encoding", "br"))},
+            "Content-Encoding must be gzip or none",
+        ),
         (
             {"traces_headers": (("Content-Disposition", 'form-data; name="traces"'),)},
             "filename must be traces.jsonl",
@@ -295,11 +301,11 @@ async def test_metadata_the_sdk_sends_is_taken(server: TracesServer, metadata: b
 @pytest.mark.anyio
 async def test_a_line_that_is_not_json_is_named(server: TracesServer) -> None:
     lines = b'{"id": 1}\n{"id": 2}\n{"id": 3,\n{"id": 4}\n'
-    answer = await post(server, Upload(lines))
+    answer = await post(server, Upload(lines, line_format="trace"))
     assert answer.status == 400
     assert answer.body["error"]["code"] == "invalid_trace", answer.body
     assert "line 3 is not JSON" in answer.body["error"]["message"]
-    empty_line = await post(server, Upload(b'{"id": 1}\n\n{"id": 2}\n'))
+    empty_line = await post(server, Upload(b'{"id": 1}\n\n{"id": 2}\n', line_format="trace"))
     assert empty_line.status == 400
     assert "line 2 is not JSON" in empty_line.body["error"]["message"]
 
@@ -327,13 +333,13 @@ async def test_limits_are_400_with_the_services_codes() -> None:
     lists them), not 413."""
     limits = {"max_batch_bytes": 2000, "max_batch_lines": 20, "max_line_bytes": 300}
     async with TracesServer(**limits) as server:
-        small = Upload(ndjson([{"id": i} for i in range(20)]), team=None)
+        small = Upload(ndjson([{"id": i} for i in range(20)]), team=None, line_format="trace")
         assert (await post(server, small)).status == 200
-        too_many = Upload(ndjson([{"id": i} for i in range(21)]), team=None)
+        too_many = Upload(ndjson([{"id": i} for i in range(21)]), team=None, line_format="trace")
         answer = await post(server, too_many)
         assert answer.status == 400
         assert answer.body["error"]["code"] == "too_many_traces_in_upload"
-        long_line = Upload(ndjson([{"id": 1, "text": "x" * 300}]), team=None)
+        long_line = Upload(ndjson([{"id": 1, "text": "x" * 300}]), team=None, line_format="trace")
         answer = await post(server, long_line)
         assert answer.status == 400
         assert answer.body["error"]["code"] == "trace_too_large"
@@ -385,7 +391,9 @@ async def test_latency_is_added(server: TracesServer) -> None:
 
 @pytest.mark.anyio
 async def test_bandwidth_limits_the_body_read(server: TracesServer) -> None:
-    big = Upload(ndjson([{"id": i, "blob": os.urandom(1000).hex()} for i in range(100)]))
+    big = Upload(
+        ndjson([{"id": i, "blob": os.urandom(1000).hex(), "traces": []} for i in range(100)])
+    )
     size = len(big.body())  # about 200 KB, incompressible
     server.set_faults(bandwidth=size / 0.4)
     started = time.monotonic()
@@ -396,7 +404,9 @@ async def test_bandwidth_limits_the_body_read(server: TracesServer) -> None:
 
 @pytest.mark.anyio
 async def test_drop_closes_the_connection_mid_body(server: TracesServer) -> None:
-    big = Upload(ndjson([{"id": i, "blob": os.urandom(5000).hex()} for i in range(200)]))
+    big = Upload(
+        ndjson([{"id": i, "blob": os.urandom(5000).hex(), "traces": []} for i in range(200)])
+    )
     body = big.body()  # 2 MB, incompressible: the client is still sending when cut off
     server.set_faults(script=["drop"])
     with pytest.raises(aiohttp.ClientError):
@@ -615,3 +625,72 @@ def test_check_traces_stops_at_the_first_limit() -> None:
             check_traces([gzip.compress(data)], limits)
         assert (refused.value.status, refused.value.code) == (400, code)
         assert needle in refused.value.message
+
+
+# -- what the service takes, and the record-level refusals --------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_sdks_defaults_are_taken(server: TracesServer) -> None:
+    """No X-Prime-Line-Format header (the trace format), no context, and an uncompressed
+    traces part: what prime-traces sends by default."""
+    lines = ndjson([{"id": f"t-{i}", "nodes": []} for i in range(5)])
+    plain = (*TRACES_PART_HEADERS[:2],)
+    upload = Upload(lines, line_format=None, metadata=b'{"schema_version": 1}', compressed=lines)
+    answer = await post(server, upload.but(traces_headers=plain))
+    assert answer.status == 200, answer.body
+    assert server.lines() == lines.splitlines()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("line_format", "records", "code"),
+    [
+        ("episode", [{"id": "e", "traces": []}, {"id": "x"}], "invalid_trace"),
+        ("episode", [{"id": "e", "traces": []}, [1]], "invalid_trace"),
+        ("trace", [{"id": "t"}, "text"], "invalid_trace"),
+        ("episode", [{"id": "e" * 257, "traces": []}], "episode_id_too_long"),
+        ("episode", [{"id": "e", "traces": [{}] * 10_001}], "too_many_traces_in_episode"),
+        ("episode", [{"id": "e", "traces": []}, {"id": "e", "traces": []}], "duplicate_episode_id"),
+        ("episode", [{"traces": [{"id": "t"}]}, {"traces": [{"id": "t"}]}], "duplicate_trace_id"),
+        ("trace", [{"id": "t"}, {"id": "t"}], "duplicate_trace_id"),
+    ],
+    ids=[
+        "no traces list",
+        "not an object",
+        "a trace not an object",
+        "episode id too long",
+        "too many traces",
+        "episode twice",
+        "trace twice in episodes",
+        "trace twice",
+    ],
+)
+async def test_records_the_service_refuses_are_refused_with_its_code(
+    server: TracesServer, line_format: str, records: list[Any], code: str
+) -> None:
+    answer = await post(server, Upload(ndjson(records), line_format=line_format))
+    assert answer.status == 400, answer.body
+    assert answer.body["error"]["code"] == code
+    assert f"line {len(records)}" in answer.body["error"]["message"]
+    assert server.stats()["lines_stored"] == 0
+
+
+@pytest.mark.anyio
+async def test_the_same_bytes_under_the_other_line_format_conflict(server: TracesServer) -> None:
+    lines = ndjson([{"id": "e", "traces": [{"id": "t"}]}])
+    assert (await post(server, Upload(lines))).status == 200
+    replay = await post(server, Upload(lines))
+    assert replay.status == 200
+    conflict = await post(server, Upload(lines, line_format="trace"))
+    assert conflict.status == 409
+    assert conflict.body["error"]["code"] == "line_format_conflict"
+
+
+@pytest.mark.anyio
+async def test_a_request_over_the_cap_is_refused_by_the_transport() -> None:
+    async with TracesServer(max_request_bytes=10_000) as capped:
+        records = [{"id": f"e{i}", "blob": os.urandom(400).hex(), "traces": []} for i in range(60)]
+        answer = await post(capped, Upload(ndjson(records), team=None))
+        assert answer.status == 413
+        assert capped.stats()["lines_stored"] == 0

@@ -26,7 +26,11 @@ async def log_run(root: Path, url: str, api_key: str) -> dict[str, DeliveryStats
     prime = PrimeMonitor(api_key=api_key, traces_url=url, base_url=url, run_id="run-42")
     async with Monitors(files, prime) as monitors:  # starts both; leaving finalizes both
         for step in range(3):
-            episodes = [{"id": f"{step}-{i}", "reward": i / 8, "text": "..."} for i in range(8)]
+            # An episode as the Traces service takes one: an object with a "traces" list.
+            episodes = [
+                {"id": f"{step}-{i}", "reward": i / 8, "traces": [{"id": f"{step}-{i}-0"}]}
+                for i in range(8)
+            ]
             await monitors.log_episodes(episodes, step=step, kind="train", subset="all")
             await monitors.log_metrics({"reward/mean": 0.4375, "loss": 1.5}, step=step)
     # A monitor whose call failed was logged and counted in monitors.failures, never raised.

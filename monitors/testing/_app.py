@@ -57,6 +57,7 @@ class ServerConfig:
     team_id: str | None = None
     faults: Faults = field(default_factory=Faults)
     limits: BatchLimits = field(default_factory=BatchLimits)
+    max_request_bytes: int = 32 << 20
     keep_lines: bool = False
     history: int = 200
 
@@ -92,6 +93,7 @@ class ServerState:
         self.uncompressed_bytes = 0
         self.max_in_flight = self.in_flight
         self.committed: dict[str, str] = {}  # Idempotency-Key -> upload_id
+        self.formats: dict[str, str] = {}  # Idempotency-Key -> line format
         self.lines: list[bytes] = []
         self.history: deque[dict[str, Any]] = deque(maxlen=max(1, self.config.history))
 
@@ -152,18 +154,29 @@ class ServerState:
                 return record_id, reject[record_id]
         return None
 
-    def commit(self, batch: CheckedBatch, compressed_bytes: int) -> tuple[str, bool]:
-        """Store a checked batch once per Idempotency-Key: ``(upload_id, replayed)``."""
+    def commit(
+        self, batch: CheckedBatch, compressed_bytes: int, line_format: str
+    ) -> tuple[str, bool]:
+        """Store a checked batch once per Idempotency-Key: ``(upload_id, replayed)``. The
+        same bytes under the other line format are a conflict (409), as the service says:
+        the format is the one header the digest does not cover."""
         with self.lock:
             self.lines_received += batch.line_count
             self.compressed_bytes += compressed_bytes
             self.uncompressed_bytes += batch.uncompressed_bytes
             known = self.committed.get(batch.key)
             if known is not None:
+                if self.formats[batch.key] != line_format:
+                    raise Refused(
+                        409,
+                        f"{batch.key} was stored as {self.formats[batch.key]!r} lines",
+                        "line_format_conflict",
+                    )
                 self.replays += 1
                 return known, True
             upload_id = batch.key.removeprefix("sha256:")  # the digest is the id (the SDK's models)
             self.committed[batch.key] = upload_id
+            self.formats[batch.key] = line_format
             self.uploads += 1
             self.lines_stored += batch.line_count
             for record_id in batch.ids:
@@ -231,6 +244,7 @@ class _Part:
         self.chunks: list[bytes] = []
         self.size = 0
         self.limit = limit
+        self.gzip = self.headers.get("content-encoding", "").strip().lower() == "gzip"
 
     def add(self, data: bytes) -> None:
         self.size += len(data)
@@ -353,13 +367,18 @@ class _Api:
     async def _traces(self, call: _Call) -> web.Response:
         request, summary = call.request, call.summary
         self._check_auth(request)
-        line_format = request.headers.get("X-Prime-Line-Format")
-        if line_format != "episode":
+        # The SDK omits the header for its default format, "trace".
+        line_format = request.headers.get("X-Prime-Line-Format", "trace")
+        if line_format not in ("episode", "trace"):
             raise Refused(
                 400,
-                f"X-Prime-Line-Format must be 'episode', not {line_format!r}",
+                f"X-Prime-Line-Format must be 'episode' or 'trace', not {line_format!r}",
                 "line_format_mismatch",
             )
+        length = request.content_length
+        if length is not None and length > self.config.max_request_bytes:
+            # The transport in front of the service refuses it: no service code.
+            raise Refused(413, f"request of {length} bytes is over the request cap")
         key = request.headers.get("Idempotency-Key")
         if key is None:
             raise Refused(400, "missing Idempotency-Key header", "invalid_idempotency_key")
@@ -394,7 +413,13 @@ class _Api:
         summary["compressed_bytes"] = traces.size
 
         def check_and_commit() -> tuple[CheckedBatch, str, bool]:
-            batch = check_traces(traces.chunks, self.limits, keep_lines=self.config.keep_lines)
+            batch = check_traces(
+                traces.chunks,
+                self.limits,
+                keep_lines=self.config.keep_lines,
+                line_format=line_format,
+                compressed_part=traces.gzip,
+            )
             summary["computed_key"] = batch.key
             summary["uncompressed_bytes"] = batch.uncompressed_bytes
             summary["lines"] = batch.line_count
@@ -409,7 +434,7 @@ class _Api:
                     f"({batch.key})",
                     "digest_mismatch",
                 )
-            upload_id, replay = self.state.commit(batch, traces.size)
+            upload_id, replay = self.state.commit(batch, traces.size, line_format)
             return batch, upload_id, replay
 
         try:
@@ -597,10 +622,10 @@ def _open_part(start: PartStart, parts: dict[str, _Part], traces_limit: int) -> 
                 "malformed_encoding",
             )
         encoding = (start.header("Content-Encoding") or "").strip().lower()
-        if encoding != "gzip":
+        if encoding not in ("gzip", "", "identity"):  # the SDK's compress=False sends none
             raise Refused(
                 400,
-                f"traces part Content-Encoding must be gzip, not {encoding!r}",
+                f"traces part Content-Encoding must be gzip or none, not {encoding!r}",
                 "malformed_encoding",
             )
         part = _Part(name, start, traces_limit)

@@ -11,6 +11,7 @@ import hashlib
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from isal import isal_zlib
@@ -24,11 +25,17 @@ _ERRORS: tuple[type[Exception], ...] = (zlib.error, isal_zlib.IsalError)  # type
 
 @dataclass(frozen=True)
 class BatchLimits:
-    """What one upload may hold, counted on the uncompressed NDJSON."""
+    """What one upload may hold, counted on the uncompressed NDJSON (the first three), and
+    the rules for each record. prime-traces names the record codes but not their rules; the
+    last two are inferred: every member trace carries a copy of its episode's id, so the
+    service caps the id's length (``episode_id_too_long``) and the traces in one episode
+    (``too_many_traces_in_episode``)."""
 
     max_batch_bytes: int = 30 << 20
     max_batch_lines: int = 1_000_000
     max_line_bytes: int = 64 << 20
+    max_id_chars: int = 256
+    max_traces: int = 10_000
 
 
 class Refused(Exception):
@@ -67,13 +74,61 @@ class CheckedBatch:
     lines: list[bytes] | None = None
 
 
+def check_record(
+    value: Any,
+    number: int,
+    line_format: str,
+    limits: BatchLimits,
+    seen: tuple[set[str], set[str]],
+) -> None:
+    """Refuse line ``number`` as the service would: under the ``episode`` format an object
+    with a ``traces`` list (its id a string, not too long, its traces not too many), under
+    ``trace`` an object; no episode id or trace id twice in one upload (``seen``: the ids so
+    far)."""
+    where = f"line {number}"
+    if not isinstance(value, dict):
+        raise Refused(400, f"{where} is not a JSON object", "invalid_trace")
+    episodes, traces = seen
+    members: list[Any] = [value]
+    if line_format == "episode":
+        members = value.get("traces")  # type: ignore[assignment]
+        if not isinstance(members, list):
+            raise Refused(400, f"{where} is not an episode: no 'traces' list", "invalid_trace")
+        episode_id = value.get("id")
+        if isinstance(episode_id, str):
+            if len(episode_id) > limits.max_id_chars:
+                message = f"{where}: episode id over {limits.max_id_chars} characters"
+                raise Refused(400, message, "episode_id_too_long")
+            if episode_id in episodes:
+                message = f"{where}: episode {episode_id!r} twice in one upload"
+                raise Refused(400, message, "duplicate_episode_id")
+            episodes.add(episode_id)
+        if len(members) > limits.max_traces:
+            message = f"{where}: {len(members)} traces, over {limits.max_traces}"
+            raise Refused(400, message, "too_many_traces_in_episode")
+    for member in members:
+        trace_id = member.get("id") if isinstance(member, dict) else None
+        if isinstance(trace_id, str):
+            if trace_id in traces:
+                message = f"{where}: trace {trace_id!r} twice in one upload"
+                raise Refused(400, message, "duplicate_trace_id")
+            traces.add(trace_id)
+
+
 def check_traces(
-    compressed: Iterable[bytes], limits: BatchLimits, *, keep_lines: bool = False
+    compressed: Iterable[bytes],
+    limits: BatchLimits,
+    *,
+    keep_lines: bool = False,
+    line_format: str | None = None,
+    compressed_part: bool = True,
 ) -> CheckedBatch:
     """Gunzip ``compressed`` (one or more gzip members), check every line, hash the bytes.
 
     Raises ``Refused`` (400, with the service's code) for bad gzip, a line that is not JSON
-    (naming the line, counted from 1), or as soon as a limit is crossed.
+    (naming the line, counted from 1), as soon as a limit is crossed, or, given a
+    ``line_format`` (``episode`` or ``trace``), for a record the service refuses
+    (``check_record``). ``compressed_part=False``: the part is the NDJSON itself.
     """
     digest = hashlib.sha256()
     out = CheckedBatch(key="", uncompressed_bytes=0, line_count=0)
@@ -81,6 +136,7 @@ def check_traces(
         out.lines = []
     pending = bytearray()  # the start of a line whose newline has not arrived yet
     total = 0
+    seen: tuple[set[str], set[str]] = (set(), set())
 
     def take_line(line: bytes | bytearray) -> None:
         number = out.line_count + 1
@@ -109,6 +165,8 @@ def check_traces(
             value = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise Refused(400, f"line {number} is not JSON: {exc}", "invalid_trace") from None
+        if line_format is not None:
+            check_record(value, number, line_format, limits, seen)
         out.line_count = number
         if isinstance(value, dict) and "id" in value:
             out.ids.append(orjson.dumps(value["id"]))
@@ -148,7 +206,11 @@ def check_traces(
                     "trace_too_large",
                 )
 
-    _gunzip(compressed, take)
+    if compressed_part:
+        _gunzip(compressed, take)
+    else:
+        for data in compressed:
+            take(bytes(data))
     if pending:  # a last line without its newline still counts
         take_line(pending)
     out.key = "sha256:" + digest.hexdigest()

@@ -55,6 +55,11 @@ class TracesServer:
     :param max_line_bytes: the longest line accepted (the service's limit by default).
     :param max_batch_bytes: the most uncompressed bytes in a batch of several lines.
     :param max_batch_lines: the most lines in a batch.
+    :param max_request_bytes: the largest request body, as the deployed service's transport
+        caps it (answered 413 by that transport, so without a service code).
+    :param max_id_chars: the longest episode id (``episode_id_too_long``; inferred).
+    :param max_traces: the most traces in one episode (``too_many_traces_in_episode``;
+        inferred).
     :param keep_lines: keep every stored line for ``lines()``.
     :param history: how many request summaries ``requests()`` can return.
     :param port: the port to listen on; 0 picks a free one.
@@ -70,6 +75,9 @@ class TracesServer:
         max_line_bytes: int = 64 << 20,
         max_batch_bytes: int = 30 << 20,
         max_batch_lines: int = 1_000_000,
+        max_request_bytes: int = 32 << 20,
+        max_id_chars: int = 256,
+        max_traces: int = 10_000,
         keep_lines: bool = False,
         history: int = 200,
         port: int = 0,
@@ -79,6 +87,9 @@ class TracesServer:
             ("max_line_bytes", max_line_bytes),
             ("max_batch_bytes", max_batch_bytes),
             ("max_batch_lines", max_batch_lines),
+            ("max_request_bytes", max_request_bytes),
+            ("max_id_chars", max_id_chars),
+            ("max_traces", max_traces),
             ("history", history),
         ):
             if value < 1:
@@ -88,7 +99,10 @@ class TracesServer:
         self.api_key = api_key
         self.team_id = team_id
         self.faults = Faults.of(faults)  # validated here, before any process is started
-        self.limits = BatchLimits(max_batch_bytes, max_batch_lines, max_line_bytes)
+        self.limits = BatchLimits(
+            max_batch_bytes, max_batch_lines, max_line_bytes, max_id_chars, max_traces
+        )
+        self.max_request_bytes = max_request_bytes
         self.keep_lines = keep_lines
         self.history = history
         self.startup_timeout = startup_timeout
@@ -139,6 +153,12 @@ class TracesServer:
             str(self.limits.max_batch_bytes),
             "--max-batch-lines",
             str(self.limits.max_batch_lines),
+            "--max-request-bytes",
+            str(self.max_request_bytes),
+            "--max-id-chars",
+            str(self.limits.max_id_chars),
+            "--max-traces",
+            str(self.limits.max_traces),
             "--history",
             str(self.history),
         ]
@@ -376,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-line-bytes", type=int, default=64 << 20)
     parser.add_argument("--max-batch-bytes", type=int, default=30 << 20)
     parser.add_argument("--max-batch-lines", type=int, default=1_000_000)
+    parser.add_argument("--max-request-bytes", type=int, default=32 << 20)
+    parser.add_argument("--max-id-chars", type=int, default=256)
+    parser.add_argument("--max-traces", type=int, default=10_000)
     parser.add_argument("--keep-lines", action="store_true")
     parser.add_argument("--history", type=int, default=200)
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help=argparse.SUPPRESS)
@@ -388,7 +411,14 @@ def main(argv: list[str] | None = None) -> int:
         api_key=args.api_key,
         team_id=args.team_id,
         faults=faults,
-        limits=BatchLimits(args.max_batch_bytes, args.max_batch_lines, args.max_line_bytes),
+        limits=BatchLimits(
+            args.max_batch_bytes,
+            args.max_batch_lines,
+            args.max_line_bytes,
+            args.max_id_chars,
+            args.max_traces,
+        ),
+        max_request_bytes=args.max_request_bytes,
         keep_lines=args.keep_lines,
         history=args.history,
     )
