@@ -1196,3 +1196,19 @@ async def test_an_old_queue_is_warned_of_once(
 def test_queue_bytes_must_be_positive() -> None:
     with pytest.raises(ValueError, match="queue_bytes"):
         PrimeMonitor(queue_bytes=0)
+
+
+@pytest.mark.anyio
+async def test_the_line_format_follows_the_record(server: TracesServer) -> None:
+    """As prime-runs chooses it: a record with member traces goes up as an ``episode``
+    line, a bare trace as a ``trace`` line; a batch holds one format."""
+    episode = {"id": "e-1", "traces": [{"id": "t-1"}]}
+    trace = {"id": "t-2", "nodes": []}
+    async with make(server) as monitor:
+        await monitor.log_episodes([episode, trace, episode | {"id": "e-2"}], step=0)
+    assert monitor.stats() == DeliveryStats(3, 3, {})
+    requests = [r for r in await server.arequests() if r["path"] == TRACES_PATH]
+    formats = sorted((r["headers"]["x-prime-line-format"], r["lines"]) for r in requests)
+    assert formats == [("episode", 1), ("episode", 1), ("trace", 1)]
+    stored = {orjson.loads(line)["id"]: orjson.loads(line) for line in await server.alines()}
+    assert stored["t-2"]["run"] == {"id": RUN, "type": "train"}  # a trace is keyed too

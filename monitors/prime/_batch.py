@@ -88,10 +88,18 @@ class BatchBuilder:
     use; its jobs run in ``worker``, in order."""
 
     def __init__(
-        self, *, worker: Worker, keys: Keys, gzip_level: int, kind: str, subset: str
+        self,
+        *,
+        worker: Worker,
+        keys: Keys,
+        gzip_level: int,
+        kind: str,
+        subset: str,
+        line_format: str = "episode",
     ) -> None:
         self.kind = kind
         self.subset = subset
+        self.line_format = line_format  # "episode" or "trace": one format a batch
         self.records = 0
         self.size = 0  # uncompressed bytes, pending ones included
         self.first_step: int | None = None

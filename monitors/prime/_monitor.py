@@ -73,7 +73,7 @@ class _Tally:
         self.left = records
 
 
-_Line = tuple[list[bytes], int]  # encoded chunks, bytes in all
+_Line = tuple[list[bytes], int, str]  # encoded chunks, bytes in all, line format
 
 
 class _RateLimitedWarning:
@@ -516,12 +516,12 @@ class PrimeMonitor(Monitor):
             line = await self._encode(episode, step, kind)
             if line is None:
                 continue
-            chunks, length = line
+            chunks, length, line_format = line
             self._encoded_lines += 1
             self._encoded_bytes += length
             self._held += length
             if builder is not None and (
-                (builder.kind, builder.subset) != (kind, subset)
+                (builder.kind, builder.subset, builder.line_format) != (kind, subset, line_format)
                 or not builder.fits(
                     length, batch_bytes=config.batch_bytes, batch_lines=config.batch_lines
                 )
@@ -537,6 +537,7 @@ class PrimeMonitor(Monitor):
                     gzip_level=config.gzip_level,
                     kind=kind,
                     subset=subset,
+                    line_format=line_format,
                 )
             await builder.add(chunks, length, step=step)
         if builder is not None:
@@ -575,7 +576,9 @@ class PrimeMonitor(Monitor):
             ledger.lost["encode_error"] += 1
             log.warning("step %d: episode not encoded: %s", step, exc)
             return None
-        return chunks, length
+        # As prime-runs chooses it: a record with member traces is an episode, else a trace.
+        line_format = "episode" if isinstance(record, Mapping) and "traces" in record else "trace"
+        return chunks, length, line_format
 
     async def _ship(self, builder: BatchBuilder, uploads: TaskGroup) -> None:
         """Close the batch and start its upload, which awaits the framing (queued in the
@@ -645,7 +648,7 @@ class PrimeMonitor(Monitor):
         headers = {
             "Content-Type": batch.body.content_type,
             "Idempotency-Key": batch.key,
-            "X-Prime-Line-Format": "episode",
+            "X-Prime-Line-Format": builder.line_format,
         }
         self._sent += records
         try:
@@ -699,6 +702,7 @@ class PrimeMonitor(Monitor):
                 gzip_level=config.gzip_level,
                 kind=builder.kind,
                 subset=builder.subset,
+                line_format=builder.line_format,
             )
             for line in part:
                 await half.add([line + b"\n"], len(line) + 1, step=0)
