@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import anyio
 import orjson
 import pytest
 from prime_traces import (
@@ -21,9 +22,17 @@ from prime_traces import (
     ValidationRejectedError,
 )
 
+from monitors import DeliveryStats, PrimeMonitor
 from monitors.testing import TracesServer
 
 KEY = "sk-sdk-test-5e1f"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
 TEAM = "team-sdk"
 EPISODE = LineFormat.EPISODE
 
@@ -100,3 +109,40 @@ def test_the_sdk_raises_the_error_each_code_maps_to(
         sdk_client.upload_lines(lines, line_format=EPISODE, max_attempts=1)
     assert getattr(raised.value, "code", None) == code
     assert server.lines() == []
+
+
+@pytest.mark.anyio
+async def test_prime_monitor_sends_what_the_sdk_sends(server: TracesServer) -> None:
+    """The same episodes uploaded by the SDK's own client and by PrimeMonitor: the same
+    path, credentials, team, line format and Idempotency-Key (so the same uncompressed
+    bytes), the same metadata, the same part headers. Only the framing's boundary, the
+    gzip bytes and the client's own headers (User-Agent, ...) may differ."""
+    records = episodes(6, 300)
+    async with PrimeMonitor(
+        api_key=KEY,
+        team_id=TEAM,
+        traces_url=server.url,
+        base_url=server.url,
+        run_id="r-1",
+        stamp_run=False,
+    ) as monitor:
+        await monitor.log_episodes(records, step=2, kind="eval", subset="all")
+    assert monitor.stats() == DeliveryStats(6, 6, {})
+    ours = server.requests()[-1]
+
+    def sdk_upload() -> None:
+        with sdk(server) as client:
+            client.upload_records(records, line_format=EPISODE, context=ours["metadata"]["context"])
+
+    await anyio.to_thread.run_sync(sdk_upload)
+    theirs = server.requests()[-1]
+    assert theirs["replay"]  # the same bytes: answered as a replay of ours
+    assert ours["path"] == theirs["path"] == "/api/v1/traces"
+    for name in ("authorization", "x-prime-team-id", "idempotency-key", "x-prime-line-format"):
+        assert ours["headers"][name] == theirs["headers"][name], name
+    for request in (ours, theirs):
+        assert request["headers"]["content-type"].startswith("multipart/form-data; boundary=")
+    assert ours["computed_key"] == theirs["computed_key"] == ours["headers"]["idempotency-key"]
+    assert ours["metadata"] == theirs["metadata"]
+    parts = {p["name"]: p["headers"] for p in ours["parts"]}
+    assert parts == {p["name"]: p["headers"] for p in theirs["parts"]}
