@@ -1212,3 +1212,22 @@ async def test_the_line_format_follows_the_record(server: TracesServer) -> None:
     assert formats == [("episode", 1), ("episode", 1), ("trace", 1)]
     stored = {orjson.loads(line)["id"]: orjson.loads(line) for line in await server.alines()}
     assert stored["t-2"]["run"] == {"id": RUN, "type": "train"}  # a trace is keyed too
+
+
+@pytest.mark.anyio
+async def test_one_invalid_episode_among_a_thousand_costs_only_itself(
+    server: TracesServer,
+) -> None:
+    """1,000 verifiers-shaped episodes and one that is no episode (its traces not a list),
+    logged a step at a time: the one is lost under the service's code, the 1,000 are
+    delivered once each."""
+    maker = EpisodeMaker(seed=8)
+    episodes: list[Any] = maker.episodes(1000, size=20_000)
+    episodes.insert(617, {"id": "not-an-episode", "traces": "none"})
+    async with make(server, retry_for=30.0) as monitor:
+        for step in range(0, len(episodes), 50):
+            await monitor.log_episodes(episodes[step : step + 50], step=step // 50)
+    assert monitor.stats() == DeliveryStats(1001, 1000, {"rejected:invalid_trace": 1})
+    served = await server.astats()
+    assert served["unique_ids"] == 1000
+    assert served["duplicate_ids"] == 0
