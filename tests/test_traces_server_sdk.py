@@ -63,10 +63,21 @@ def episodes(n: int, size: int = 10) -> list[dict[str, object]]:
     return [{"id": f"ep-{i}", "traces": [{"id": f"t-{i}", "text": "x" * size}]} for i in range(n)]
 
 
-def test_the_sdk_uploads_and_reads_the_receipt(server: TracesServer) -> None:
-    records = episodes(5)
+@pytest.mark.parametrize(
+    ("line_format", "compress"),
+    [(LineFormat.EPISODE, True), (LineFormat.EPISODE, False), (LineFormat.TRACE, False)],
+    ids=["episode gzip", "episode plain", "trace plain"],
+)
+def test_the_sdk_uploads_and_reads_the_receipt(
+    server: TracesServer, line_format: LineFormat, compress: bool
+) -> None:
+    records: list[dict[str, object]] = episodes(5)
+    if line_format is LineFormat.TRACE:
+        records = [{"id": f"t-{i}", "nodes": []} for i in range(5)]
     with sdk(server) as client:
-        receipts = client.upload_records(records, line_format=EPISODE, context={"a": "b"})
+        receipts = client.upload_records(
+            records, line_format=line_format, context={"a": "b"}, compress=compress
+        )
     assert [r.status for r in receipts] == ["committed"]
     assert server.lines() == [orjson.dumps(r) for r in records]
     (request,) = [r for r in server.requests() if r["path"] == "/api/v1/traces"]
@@ -75,8 +86,8 @@ def test_the_sdk_uploads_and_reads_the_receipt(server: TracesServer) -> None:
 
 def test_the_sdk_retries_a_429_and_a_503_with_the_same_bytes(server: TracesServer) -> None:
     server.set_faults(script=[429, 503], retry_after=0)
-    with sdk(server) as client:
-        receipts = client.upload_records(episodes(3), line_format=EPISODE)
+    with sdk(server) as client:  # the SDK's defaults: trace lines, no context, gzip
+        receipts = client.upload_records([{"id": f"t-{i}"} for i in range(3)])
     assert [r.status for r in receipts] == ["committed"]
     traces = [r for r in server.requests() if r["path"] == "/api/v1/traces"]
     assert [r["status"] for r in traces] == [429, 503, 200]
