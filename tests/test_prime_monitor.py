@@ -8,14 +8,17 @@ import math
 import os
 import ssl
 import subprocess
+import sys
 import threading
 import time
+import traceback
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
 import orjson
 import pytest
@@ -1231,3 +1234,31 @@ async def test_one_invalid_episode_among_a_thousand_costs_only_itself(
     served = await server.astats()
     assert served["unique_ids"] == 1000
     assert served["duplicate_ids"] == 0
+
+
+@pytest.mark.anyio
+async def test_the_key_stays_out_of_a_failed_requests_frames(fake_api: StartApi) -> None:
+    """What an error reporter shows of a request's frames (each local's repr) holds no key:
+    the Authorization value is sent as it is and shown as '***'."""
+    captured: list[str] = []
+    api = await fake_api([COMMITTED])
+
+    class Exploding:
+        def post(self, *args: Any, **kwargs: Any) -> Any:
+            tb = traceback.TracebackException.from_exception(
+                RuntimeError("boom"), capture_locals=True
+            )
+            frame = sys._getframe(1)  # Client.post, with its headers
+            captured.append(repr(frame.f_locals))
+            captured.append("".join(tb.format()))
+            raise aiohttp.ClientError("no network here")
+
+    async with PrimeMonitor(
+        api_key=KEY, traces_url=api.url, base_url=api.url, run_id=RUN, retry_for=0.1
+    ) as monitor:
+        assert monitor._client is not None
+        monitor._client.session = Exploding()  # type: ignore[assignment]
+        await monitor.log_episodes([small(1)], step=0)
+    assert captured
+    assert "Authorization" in captured[0]
+    assert all(KEY not in text for text in captured)

@@ -85,6 +85,16 @@ def retry_after_seconds(value: str | None, *, cap: float) -> float | None:
     return min(cap, max(0.0, seconds))
 
 
+class _Credential(str):
+    """A header value that is a credential: sent as it is, shown as ``'***'`` by ``repr``
+    (and so in a traceback's locals, a debugger's or an error reporter's view of a frame)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+
 #: A credential as a server may echo one: ``Bearer <token>``, or an ``Authorization`` value.
 _CREDENTIAL = re.compile(
     r"(?i)(\bbearer\s+)[^\s\"',;}]+|(\bauthorization[\"']?\s*[:=]\s*[\"']?)[^\"',;}\n]+"
@@ -141,7 +151,9 @@ class Client:
         self.stopped_as: Stop = "unauthorized"
         self.stop_reason = ""
         self._random = random.Random()
-        self._auth = {"Authorization": f"Bearer {config.api_key.reveal()}"}
+        self._auth: dict[str, str] = {
+            "Authorization": _Credential(f"Bearer {config.api_key.reveal()}")
+        }
         if config.team_id:
             self._auth["X-Prime-Team-ID"] = config.team_id
 
