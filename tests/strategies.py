@@ -27,6 +27,7 @@ import orjson
 from hypothesis import strategies as st
 
 import encoder
+from encoder._settings import Limits
 
 # -- option flags, chunk sizes, budgets ---------------------------------------------------------
 
@@ -1173,4 +1174,16 @@ hard_strings = st.one_of(
     st.builds(_repeat_to, st.text(small_alphabet, min_size=1, max_size=6), st.integers(1, 3000)),
     st.builds(lambda a, s, b: a + s + b, short_strings, surrogates, short_strings),
     st.text(max_size=80),
+)
+
+
+#: The smallest limits there are: every value is cut into as many pieces as the walk can.
+SMALLEST = Limits(
+    group_bytes=1,
+    str_bytes=1,
+    number_bytes=1,
+    max_group=1,
+    plan_elements=1,
+    sort_run=1,
+    chain_levels=1,
 )

@@ -26,24 +26,13 @@ import anyio
 import numpy as np
 import orjson
 import pytest
-from strategies import collect_async, nest
+from strategies import SMALLEST, collect_async, nest
 
 from encoder import EncodeError, encode, iterencode
 from encoder._chunks import Chunker
-from encoder._settings import Limits
 from encoder._walk import AnextRequest, Walker
 from encoder.aio import _aiterencode
 from encoder.sync import _iterencode
-
-SMALLEST = Limits(
-    group_bytes=1,
-    str_bytes=1,
-    number_bytes=1,
-    max_group=1,
-    plan_elements=1,
-    sort_run=1,
-    chain_levels=1,
-)
 
 
 def _tiny_walk(value: Any, **kwargs: Any) -> bytes:

@@ -26,6 +26,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from strategies import (
+    SMALLEST,
     Boom,
     Countdown,
     Custom,
@@ -80,17 +81,6 @@ tiny_limits = st.builds(
 #: For the broad strategies (test_parity runs them at full size with the default limits):
 #: under tiny limits each example is thousands of steps, four times over, so half as many.
 broad = settings(max_examples=max(10, settings().max_examples // 2))
-
-#: The smallest limits there are.
-SMALLEST = Limits(
-    group_bytes=1,
-    str_bytes=1,
-    number_bytes=1,
-    max_group=1,
-    plan_elements=1,
-    sort_run=1,
-    chain_levels=1,
-)
 
 #: Chunk sizes, 1 often.
 piece_chunk_sizes = st.one_of(st.just(1), st.integers(1, 64), chunk_sizes)
