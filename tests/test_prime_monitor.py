@@ -220,7 +220,7 @@ async def test_a_batch_repeating_earlier_lines_gets_a_key_of_its_own(
     episodes = [small(i, size) for i in range(6)]
     async with make(server, batch_bytes=4 << 20) as monitor:
         for subset in ("all", "effective", "effective"):
-            await monitor.log_episodes(episodes, step=1, subset=subset)  # type: ignore[arg-type]
+            await monitor.log_episodes(episodes, step=1, subset=subset)
             await anyio.sleep(0.2)  # each call its own batches
     assert monitor.stats() == DeliveryStats(18, 18, {})
     served = await server.astats()
@@ -251,7 +251,7 @@ async def test_a_repeat_of_a_full_batch_stays_within_the_limit() -> None:
     with TracesServer(api_key=KEY, max_batch_bytes=limit) as server:
         async with make(server, batch_bytes=limit, stamp_run=False) as monitor:
             for subset in ("all", "effective"):
-                await monitor.log_episodes(episodes, step=1, subset=subset)  # type: ignore[arg-type]
+                await monitor.log_episodes(episodes, step=1, subset=subset)
                 await anyio.sleep(0.2)
         assert monitor.stats() == DeliveryStats(4, 4, {})
         served = await server.astats()

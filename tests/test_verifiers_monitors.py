@@ -3,9 +3,10 @@
 The episodes are verifiers 0.4.0 ``WireEpisode`` objects: some built turn by turn with
 verifiers' own graph code (``prepare_turn(...).commit(...)``, ``record_reward``,
 ``record_run``), the rest made by verifiers' model validation from production-sized records
-(``EpisodeMaker``); each monitor calls verifiers' own ``to_record()``. What the file and W&B trace streams hold must load back with verifiers'
-models as the same records; what TracesServer stored must be the same records keyed to the
-run, as prime-runs keys them, on the episode and on every member trace.
+(``EpisodeMaker``); each monitor calls verifiers' own ``to_record()``. What the file and W&B
+trace streams hold must load back with verifiers' models as the same records; what
+TracesServer stored must be the same records keyed to the run, as prime-runs keys them, on
+the episode and on every member trace.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 429/500/502/503/504, transport errors and (for traces) a 2xx without ``"status": "committed"``
 are retried with the same bytes and key, after ``Retry-After`` or a jittered backoff capped
-at 30 times ``retry_base``, for ``retry_for`` seconds (docs/design.md D12). A 401/403 stops every later request, and so does a setup error (a
-redirect, which is never followed, or a TLS failure), at once; other answers outside 2xx
-reject.
+at 30 times ``retry_base``, for ``retry_for`` seconds (docs/design.md D12). A 401/403 stops
+every later request, and so does a setup error (a redirect, which is never followed, or a
+TLS failure), at once; other answers outside 2xx reject.
 """
 
 from __future__ import annotations
