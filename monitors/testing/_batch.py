@@ -82,16 +82,16 @@ def check_record(
     seen: tuple[set[str], set[str]],
 ) -> None:
     """Refuse line ``number`` as the service would: under the ``episode`` format an object
-    with a ``traces`` list (its id a string, not too long, its traces not too many), under
-    ``trace`` an object; no episode id or trace id twice in one upload (``seen``: the ids so
-    far)."""
+    with a ``traces`` list (a string id of at most ``max_id_chars``, at most ``max_traces``
+    traces), under ``trace`` an object; no episode or trace id twice in one upload (``seen``:
+    the ids so far)."""
     where = f"line {number}"
     if not isinstance(value, dict):
         raise Refused(400, f"{where} is not a JSON object", "invalid_trace")
     episodes, traces = seen
-    members: list[Any] = [value]
+    members: Any = [value]
     if line_format == "episode":
-        members = value.get("traces")  # type: ignore[assignment]
+        members = value.get("traces")
         if not isinstance(members, list):
             raise Refused(400, f"{where} is not an episode: no 'traces' list", "invalid_trace")
         episode_id = value.get("id")
