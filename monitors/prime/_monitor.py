@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from contextlib import aclosing
+from functools import partial
 from typing import Any, Final
 
 import aiohttp
@@ -253,7 +254,9 @@ class PrimeMonitor(Monitor):
         if self._started:
             raise RuntimeError("PrimeMonitor is already started")
         key = None if self._api_key is None else self._api_key.reveal()
-        config = PrimeConfig.resolve(api_key=key, **self._args)
+        # In a thread: it reads ~/.prime/config.json, and a home on a network mount may stall.
+        resolve = partial(PrimeConfig.resolve, api_key=key, **self._args)
+        config = await anyio.to_thread.run_sync(resolve)
         self.config = config
         self._started = True
         session = aiohttp.ClientSession(
@@ -319,29 +322,31 @@ class PrimeMonitor(Monitor):
                 self._count_rest(reason)
 
     def _count_rest(self, reason: str) -> None:
-        """Count what finalize left undelivered: records whose upload was sent but never
-        answered as ``unconfirmed`` (the service may have stored them), the rest (never sent)
-        as ``reason``."""
-        ledger = self._ledger
-        rest = ledger.submitted - ledger.delivered - sum(ledger.lost.values())
-        unconfirmed = min(self._sent, rest)
-        if unconfirmed > 0:
-            ledger.lost["unconfirmed"] += unconfirmed
-            log.warning(
-                "Prime monitor: %d episode(s) sent but never confirmed at finalize (%s); the "
-                "service may have stored them",
-                unconfirmed,
-                reason,
-            )
-        for ledger, what in (
-            (self._ledger, "episode(s)"),
-            (self._metrics_ledger, "metrics post(s)"),
+        """Count what finalize left undelivered: records of requests sent but never answered
+        as ``unconfirmed`` (the service may have stored them), the rest (never sent) as
+        ``reason``."""
+        for ledger, what, sent in (
+            (self._ledger, "episode(s)", self._sent),
+            (self._metrics_ledger, "metrics post(s)", 0),
         ):
             rest = ledger.submitted - ledger.delivered - sum(ledger.lost.values())
-            if rest > 0:
-                ledger.lost[reason] += rest
+            unconfirmed = min(sent, rest)
+            if unconfirmed > 0:
+                ledger.lost["unconfirmed"] += unconfirmed
                 log.warning(
-                    "Prime monitor: %d %s not delivered at finalize (%s)", rest, what, reason
+                    "Prime monitor: %d %s sent but never confirmed at finalize (%s); the "
+                    "service may have stored them",
+                    unconfirmed,
+                    what,
+                    reason,
+                )
+            if rest > unconfirmed:
+                ledger.lost[reason] += rest - unconfirmed
+                log.warning(
+                    "Prime monitor: %d %s not delivered at finalize (%s)",
+                    rest - unconfirmed,
+                    what,
+                    reason,
                 )
 
     def stats(self) -> DeliveryStats:
