@@ -244,7 +244,7 @@ class _Part:
         self.chunks: list[bytes] = []
         self.size = 0
         self.limit = limit
-        self.gzip = self.headers.get("content-encoding", "").strip().lower() == "gzip"
+        self.gzip = False  # a traces part sent with Content-Encoding: gzip
 
     def add(self, data: bytes) -> None:
         self.size += len(data)
@@ -629,6 +629,7 @@ def _open_part(start: PartStart, parts: dict[str, _Part], traces_limit: int) -> 
                 "malformed_encoding",
             )
         part = _Part(name, start, traces_limit)
+        part.gzip = encoding == "gzip"
     else:
         raise Refused(
             400, f"unexpected part {name!r} (expected metadata and traces)", "malformed_encoding"
