@@ -74,12 +74,12 @@ class Batch:
     uncompressed_bytes: int
     compressed_bytes: int
     spaces: int = 0
-    compressed: tuple[bytes, ...] = ()  # the gzip stream the body frames, piece by piece
 
     def lines(self) -> list[bytes]:
         """The batch's lines, each without its newline (or the spaces that ended the last):
         to resubmit part of it. Decompresses the whole batch: call it in the worker."""
-        data = gzip.decompress(b"".join(self.compressed))
+        compressed = self.body.pieces[1:-1]  # between the framing's head and tail
+        data = gzip.decompress(b"".join(compressed))
         return [line.rstrip(b" ") for line in data.split(b"\n")[:-1]]
 
 
@@ -189,7 +189,6 @@ class BatchBuilder:
             uncompressed_bytes=self.size + len(ending) - 1,
             compressed_bytes=sum(map(len, compressed)),
             spaces=len(ending) - 1,
-            compressed=tuple(compressed),
         )
 
 
