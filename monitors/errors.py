@@ -17,17 +17,21 @@ class TraceWriteError(MonitorError):
 
 
 class TraceFormatError(MonitorError):
-    """A trace chunk holds bytes that are not a complete JSON record.
+    """A trace stream holds bytes that are not a complete JSON record, or a file that is not
+    a readable chunk.
 
-    ``chunk`` is the chunk file and ``offset`` the byte where the bad line starts.
+    ``chunk`` is the file's name and ``offset`` the (uncompressed) byte where the bad line
+    starts, or None when the file as a whole is bad (a stray file in a stream's directory, a
+    sealed chunk whose seek table is damaged).
 
-    :param message: What is wrong with the line.
-    :param chunk: The chunk file's name.
-    :param offset: The byte in the chunk where the bad line starts.
+    :param message: What is wrong.
+    :param chunk: The chunk file's name (or the stray file's).
+    :param offset: The byte in the chunk where the bad line starts, if known.
     """
 
-    def __init__(self, message: str, *, chunk: str, offset: int) -> None:
-        super().__init__(f"{message} (in {chunk} at byte {offset})")
+    def __init__(self, message: str, *, chunk: str, offset: int | None = None) -> None:
+        where = f"in {chunk}" if offset is None else f"in {chunk} at byte {offset}"
+        super().__init__(f"{message} ({where})")
         self.chunk = chunk
         self.offset = offset
 

@@ -16,6 +16,7 @@ import anyio
 import ijson
 import orjson
 import pytest
+from streams import chunk_bytes
 
 import encoder
 from monitors import TraceFormatError, TraceWriteError
@@ -61,7 +62,8 @@ def line_of(value: Any) -> bytes:
 
 
 async def write_stream(directory: Path, values: list[Any], **kwargs: Any) -> list[IndexRow]:
-    async with TraceWriter(directory, **kwargs) as writer:
+    """Write ``values`` to a stream, plain unless ``compress=True`` is passed."""
+    async with TraceWriter(directory, **{"compress": False, **kwargs}) as writer:
         return [
             await writer.append(v, step=i, kind="eval", subset="all") for i, v in enumerate(values)
         ]
@@ -87,7 +89,7 @@ def dumps_all(values: Any) -> list[bytes]:
 async def test_records_read_back_across_chunks(tmp_path: Path) -> None:
     sizes = [10, 3000, 50, 9000, 1, 400, 20_000, 7, 2500, 2500, 2500, 100] * 3
     values = [make_record(n, size) for n, size in enumerate(sizes)]
-    rows = await write_stream(tmp_path, values, chunk_bytes=8192)
+    rows = await write_stream(tmp_path, values, chunk_bytes=8192, compress=True)
     chunks = list_chunks(tmp_path)
     assert len(chunks) >= 6, chunks
     # Some chunk holds several records, and the 20 KB records each start their own chunk.
@@ -101,7 +103,7 @@ async def test_records_read_back_across_chunks(tmp_path: Path) -> None:
     assert dumps_all(read_records(tmp_path)) == expected
     assert dumps_all([r async for r in aread_records(tmp_path)]) == expected
     # The chunks hold exactly the lines, in order.
-    assert b"".join(chunk_path(tmp_path, c).read_bytes() for c in chunks) == b"".join(
+    assert b"".join(chunk_bytes(tmp_path, c) for c in chunks) == b"".join(
         e + b"\n" for e in expected
     )
     for i, row in enumerate(rows):
@@ -126,7 +128,7 @@ async def test_read_record_negative_and_out_of_range(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_empty_stream_reads_as_nothing(tmp_path: Path) -> None:
-    async with TraceWriter(tmp_path / "s") as writer:
+    async with TraceWriter(tmp_path / "s", compress=False) as writer:
         assert writer.records == 0
     assert list(read_records(tmp_path / "s")) == []
     with pytest.raises(IndexError):
@@ -272,7 +274,7 @@ async def test_big_lines_parse_through_ijson_like_orjson(
     small = [make_record(n, 100) for n in range(3)]
     values = [small[0], big[0], small[1], big[1], big[2], small[2]]
     await write_stream(tmp_path, values, chunk_bytes=4 << 20)
-    lines = b"".join(chunk_path(tmp_path, c).read_bytes() for c in list_chunks(tmp_path))
+    lines = b"".join(chunk_bytes(tmp_path, c) for c in list_chunks(tmp_path))
     expected = [orjson.dumps(orjson.loads(line)) for line in lines.splitlines()]
     assert expected == dumps_all(values)
 
@@ -363,7 +365,7 @@ async def test_missing_index_rows_are_rebuilt(
     os.truncate(index, 6 * ROW_BYTES + ROW_BYTES // 2)
 
     with caplog.at_level(logging.WARNING, logger="monitors.traces"):
-        async with TraceWriter(tmp_path, chunk_bytes=2500) as writer:
+        async with TraceWriter(tmp_path, chunk_bytes=2500, compress=False) as writer:
             recovery = writer.recovery
             assert recovery is not None
             assert recovery.rebuilt_rows == 4
@@ -395,7 +397,7 @@ async def test_rows_pointing_past_the_data_are_dropped(tmp_path: Path) -> None:
     # The last two records never reached the disk, but their rows did (and a third is torn).
     os.truncate(chunk_path(tmp_path, last), rows[-2].offset + 17)
 
-    async with TraceWriter(tmp_path, chunk_bytes=3500) as writer:
+    async with TraceWriter(tmp_path, chunk_bytes=3500, compress=False) as writer:
         recovery = writer.recovery
         assert recovery is not None
         assert recovery.dropped_rows == 2
@@ -424,7 +426,7 @@ async def test_a_torn_rolled_chunk_is_cut_on_reopening(tmp_path: Path, index_los
     os.truncate(tmp_path / INDEX_NAME, (12 - index_lost) * ROW_BYTES)
     survivors = values[:7] + values[8:]
 
-    async with TraceWriter(tmp_path, chunk_bytes=3500) as writer:
+    async with TraceWriter(tmp_path, chunk_bytes=3500, compress=False) as writer:
         recovery = writer.recovery
         assert recovery is not None
         assert recovery.torn_bytes == 100
@@ -441,7 +443,7 @@ async def test_a_torn_rolled_chunk_is_cut_on_reopening(tmp_path: Path, index_los
     for i, row in enumerate(rows[:7] + rows[8 : 12 - index_lost]):
         assert read_row(tmp_path, i) == row  # kept rows keep their step, kind and subset
     assert not (tmp_path / (INDEX_NAME + ".mending")).exists()
-    async with TraceWriter(tmp_path, chunk_bytes=3500) as writer:
+    async with TraceWriter(tmp_path, chunk_bytes=3500, compress=False) as writer:
         assert writer.recovery is not None
         assert not writer.recovery.mended
 
@@ -451,7 +453,7 @@ async def test_clean_reopen_mends_nothing(tmp_path: Path) -> None:
     values = [make_record(n, 300) for n in range(6)]
     await write_stream(tmp_path, values, chunk_bytes=1000)
     before = snapshot(tmp_path)
-    async with TraceWriter(tmp_path, chunk_bytes=1000) as writer:
+    async with TraceWriter(tmp_path, chunk_bytes=1000, compress=False) as writer:
         assert writer.recovery is not None
         assert not writer.recovery.mended
         assert writer.records == 6
@@ -473,7 +475,7 @@ async def test_clean_reopen_mends_nothing(tmp_path: Path) -> None:
 )
 async def test_encode_error_leaves_the_stream_as_it_was(tmp_path: Path, bad: Any) -> None:
     values = [make_record(n, 300) for n in range(3)]
-    async with TraceWriter(tmp_path) as writer:
+    async with TraceWriter(tmp_path, compress=False) as writer:
         for v in values:
             await writer.append(v)
         before = snapshot(tmp_path)
@@ -490,7 +492,7 @@ async def test_encode_error_leaves_the_stream_as_it_was(tmp_path: Path, bad: Any
 async def test_encode_error_after_a_roll_leaves_the_records_as_they_were(tmp_path: Path) -> None:
     """The record would not fit the chunk, so the writer rolled before the error came."""
     values = [make_record(n, 300) for n in range(3)]
-    async with TraceWriter(tmp_path, chunk_bytes=1 << 20) as writer:
+    async with TraceWriter(tmp_path, chunk_bytes=1 << 20, compress=False) as writer:
         for v in values:
             await writer.append(v)
         before = snapshot(tmp_path, skip_empty=True)
@@ -505,7 +507,7 @@ async def test_encode_error_after_a_roll_leaves_the_records_as_they_were(tmp_pat
 
 @pytest.mark.anyio
 async def test_append_after_close_is_an_error(tmp_path: Path) -> None:
-    writer = TraceWriter(tmp_path)
+    writer = TraceWriter(tmp_path, compress=False)
     await writer.append({"a": 1})
     await writer.close()
     await writer.close()  # idempotent
@@ -516,7 +518,7 @@ async def test_append_after_close_is_an_error(tmp_path: Path) -> None:
 
 def test_chunk_bytes_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="chunk_bytes"):
-        TraceWriter(tmp_path, chunk_bytes=0)
+        TraceWriter(tmp_path, chunk_bytes=0, compress=False)
 
 
 # -- cancelled appends --------------------------------------------------------------------
@@ -534,7 +536,7 @@ def _huge() -> dict[str, Any]:
 async def test_cancelled_append_leaves_complete_records_only(tmp_path: Path, delay: float) -> None:
     values = [make_record(n, 300) for n in range(3)]
     huge = _huge()
-    async with TraceWriter(tmp_path, chunk_bytes=1 << 30) as writer:
+    async with TraceWriter(tmp_path, chunk_bytes=1 << 30, compress=False) as writer:
         for v in values:
             await writer.append(v)
         before = snapshot(tmp_path)
@@ -553,7 +555,7 @@ async def test_cancelled_append_leaves_complete_records_only(tmp_path: Path, del
 @pytest.mark.anyio
 async def test_cancelled_append_in_a_task(tmp_path: Path) -> None:
     values = [make_record(n, 300) for n in range(3)]
-    async with TraceWriter(tmp_path) as writer:
+    async with TraceWriter(tmp_path, compress=False) as writer:
         for v in values:
             await writer.append(v)
         before = snapshot(tmp_path)
@@ -579,7 +581,7 @@ async def test_append_cancelled_while_the_chunk_rolls(tmp_path: Path, why: str) 
     """A cancellation that arrives while the next chunk is being opened must leave a writer
     that can go on appending."""
     first = make_record(0, 700)
-    async with TraceWriter(tmp_path, chunk_bytes=2000) as writer:
+    async with TraceWriter(tmp_path, chunk_bytes=2000, compress=False) as writer:
         await writer.append(first)  # 1201 bytes
         if why == "full chunk":
             await writer.append(make_record(1, 1500))  # 2174 bytes: a chunk of its own
@@ -635,7 +637,7 @@ async def test_a_roll_does_not_wait_for_the_old_chunks_fsync(
     monkeypatch.setattr(os, "fsync", held)
     values = [make_record(n, 700) for n in range(3)]  # ~1.2 KB each: one per chunk
     rows: list[IndexRow] = []
-    async with TraceWriter(tmp_path, chunk_bytes=2000) as writer:
+    async with TraceWriter(tmp_path, chunk_bytes=2000, compress=False) as writer:
         with anyio.fail_after(10):  # would hang if the roll waited for the held fsync
             rows += [await writer.append(values[0]), await writer.append(values[1])]
         assert held.started.wait(10)
@@ -668,7 +670,7 @@ async def test_a_failed_fsync_is_raised_on_close_and_the_records_stay(
     held.release.set()
     monkeypatch.setattr(os, "fsync", held)
     values = [make_record(n, 700) for n in range(3)]
-    writer = TraceWriter(tmp_path, chunk_bytes=2000)
+    writer = TraceWriter(tmp_path, chunk_bytes=2000, compress=False)
     with caplog.at_level(logging.ERROR, logger="monitors.traces"):
         async with writer:
             for v in values:

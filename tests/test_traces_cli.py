@@ -50,7 +50,7 @@ def stream(tmp_path: Path) -> tuple[Path, list[Any]]:
     directory = tmp_path / "stream"
 
     async def write() -> None:
-        async with TraceWriter(directory, chunk_bytes=6000) as writer:
+        async with TraceWriter(directory, chunk_bytes=6000, compress=False) as writer:
             for i, v in enumerate(values):
                 await writer.append(v, step=i, kind="train", subset="all")
 
@@ -73,7 +73,7 @@ def test_cat_streams_a_line_longer_than_the_reader_holds(tmp_path: Path) -> None
     values: list[Any] = [{"a": 1}, big, {"b": 2}]
 
     async def write() -> None:
-        async with TraceWriter(directory) as writer:
+        async with TraceWriter(directory, compress=False) as writer:
             for v in values:
                 await writer.append(v)
 
@@ -95,8 +95,10 @@ def test_stat_counts_records_chunks_and_bytes(stream: tuple[Path, list[Any]]) ->
     chunks = list_chunks(directory)
     assert fields["records"] == str(len(values))
     assert fields["index rows"] == str(len(values))
-    assert fields["chunks"] == str(len(chunks))
-    assert fields["bytes"] == str(sum(chunk_path(directory, c).stat().st_size for c in chunks))
+    assert fields["chunks"] == f"{len(chunks)} (0 sealed)"
+    plain_bytes = sum(chunk_path(directory, c).stat().st_size for c in chunks)
+    assert fields["plain bytes"] == str(plain_bytes)
+    assert fields["bytes"] == f"{plain_bytes} uncompressed"
     assert fields["torn tails"] == "0"
 
     with open(chunk_path(directory, chunks[-1]), "ab") as f:

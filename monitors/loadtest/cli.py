@@ -296,7 +296,10 @@ def run_cli(
 def nodewise(argv: Sequence[str] | None = None) -> int:
     """The ``nodewise`` console script: ``nodewise loadtest ...``, ``nodewise traces ...``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"loadtest": "run the load test", "traces": "cat, stat or verify a trace stream"}
+    commands = {
+        "loadtest": "run the load test",
+        "traces": "cat, stat, verify or get from a trace stream",
+    }
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         usage = "usage: nodewise {loadtest,traces} ...\n\n" + "\n".join(
             f"  {name:<10} {what}" for name, what in commands.items()

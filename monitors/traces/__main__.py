@@ -1,4 +1,5 @@
-"""``python -m monitors.traces cat|stat|verify DIR``: look at a trace stream from a shell."""
+"""``python -m monitors.traces cat|stat|verify DIR`` and ``get DIR ID``: look at a trace
+stream (plain or sealed chunks) from a shell."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import BinaryIO
 
+import ijson
+
 from ..errors import TraceFormatError
-from ._layout import INDEX_NAME, ROW_BYTES, chunk_path, decode_row, list_chunks
-from ._reader import TraceReader, iter_spans
+from ._layout import INDEX_NAME, ROW_BYTES, chunk_path, decode_row, list_chunks, scan, sealed_path
+from ._reader import _name, _parse_span, find_row, iter_spans
+from ._sealed import DamagedFrame, SealedChunk, chunk_size, open_chunk
 
 _BLOCK = 1 << 20
 
@@ -45,10 +49,11 @@ class Progress:
 
 
 def _stream_bytes(root: Path) -> int:
-    return sum(chunk_path(root, c).stat().st_size for c in list_chunks(root))
+    """Uncompressed bytes in the stream."""
+    return sum(chunk_size(root, c) for c in list_chunks(root))
 
 
-def _copy_range(src: BinaryIO, out: BinaryIO, offset: int, length: int) -> None:
+def _copy_range(src: BinaryIO | SealedChunk, out: BinaryIO, offset: int, length: int) -> None:
     src.seek(offset)
     while length > 0:
         data = src.read(min(_BLOCK, length))
@@ -63,11 +68,17 @@ def cat(root: Path) -> int:
     out = sys.stdout.buffer
     progress = Progress(_stream_bytes(root), "cat")
     done = 0
-    files: dict[int, BinaryIO] = {}
+    files: dict[int, BinaryIO | SealedChunk] = {}
     with ExitStack() as stack:
         stack.callback(progress.close)
         try:
             for span in iter_spans(root):
+                if span.lost:
+                    raise TraceFormatError(
+                        f"a damaged zstd frame: {span.lost} records unreadable",
+                        chunk=sealed_path(root, span.chunk).name,
+                        offset=span.offset,
+                    )
                 if not span.complete:
                     break
                 if span.data is not None:
@@ -76,9 +87,8 @@ def cat(root: Path) -> int:
                     progress.update(done)
                     continue
                 if span.chunk not in files:
-                    files[span.chunk] = stack.enter_context(
-                        open(chunk_path(root, span.chunk), "rb")
-                    )
+                    f = files[span.chunk] = open_chunk(root, span.chunk)
+                    stack.callback(f.close)
                 _copy_range(files[span.chunk], out, span.offset, span.length)
                 out.write(b"\n")
                 done += span.length + 1
@@ -90,48 +100,105 @@ def cat(root: Path) -> int:
     return 0
 
 
+def _count_lines(f: BinaryIO | SealedChunk) -> tuple[int, bool, int]:
+    """Newlines in the file, whether it ends with one (or is empty), and damaged frames
+    (their lines not counted)."""
+    lines = damaged = 0
+    last = b"\n"
+    with f:
+        while True:
+            try:
+                block = f.read(_BLOCK)
+            except DamagedFrame as exc:
+                damaged += 1
+                f.seek(exc.end)
+                continue
+            if not block:
+                break
+            lines += block.count(b"\n")
+            last = block
+    return lines, last.endswith(b"\n"), damaged
+
+
 def stat(root: Path) -> int:
-    """Records, chunks, bytes and torn tails, by counting lines."""
-    chunks = list_chunks(root)
-    records = 0
-    torn = 0
-    total = 0
-    for chunk in chunks:
-        path = chunk_path(root, chunk)
-        size = path.stat().st_size
-        total += size
-        last = b""
-        with open(path, "rb") as f:
-            while block := f.read(_BLOCK):
-                records += block.count(b"\n")
-                last = block
-        if size and not last.endswith(b"\n"):
-            torn += 1
+    """Records, chunks (plain and sealed), bytes on disk and uncompressed, and torn tails,
+    by counting lines (sealed chunks are decompressed to count them)."""
+    listing = scan(root)
+    records = torn = damaged = 0
+    plain_bytes = sealed_bytes = sealed_in = 0
+    for chunk in listing.chunks:
+        try:
+            f = open_chunk(root, chunk)
+        except TraceFormatError as exc:
+            print(f"problem: {exc}")
+            damaged += 1
+            continue
+        if isinstance(f, SealedChunk):
+            sealed_bytes += f.compressed_size
+            sealed_in += f.size
+        else:
+            plain_bytes += chunk_path(root, chunk).stat().st_size
+        lines, whole, bad = _count_lines(f)
+        records += lines
+        torn += not whole
+        damaged += bad
     index = root / INDEX_NAME
     rows = index.stat().st_size // ROW_BYTES if index.exists() else 0
-    print(f"directory   {root}")
-    print(f"records     {records}")
-    print(f"index rows  {rows}")
-    print(f"chunks      {len(chunks)}")
-    print(f"bytes       {total}")
-    print(f"torn tails  {torn}")
-    return 0
+    sealed = len(set(listing.sealed) - set(listing.plain))
+    ratio = f"{sealed_in / sealed_bytes:.2f}x" if sealed_bytes else "-"
+    print(f"directory     {root}")
+    print(f"records       {records}")
+    print(f"index rows    {rows}")
+    print(f"chunks        {len(listing.chunks)} ({sealed} sealed)")
+    print(f"plain bytes   {plain_bytes}")
+    print(f"sealed bytes  {sealed_bytes} (holding {sealed_in} bytes: {ratio})")
+    print(f"bytes         {plain_bytes + sealed_in} uncompressed")
+    print(f"torn tails    {torn}")
+    print(f"damaged       {damaged} (frames or chunks)")
+    return 1 if damaged else 0
 
 
 def verify(root: Path) -> int:
-    """Parse every record and check that the index points at each of them."""
-    reader = TraceReader(root)
-    progress = Progress(_stream_bytes(root), "verify")
+    """Parse every record, check that the index points at each of them, and that every
+    frame of every sealed chunk is whole."""
     problems: list[str] = []
     index = root / INDEX_NAME
     rows = index.stat().st_size // ROW_BYTES if index.exists() else 0
-    spans = iter_spans(root)
+    chunks = list_chunks(root)
+    whole: list[int] = []
+    for chunk in chunks:
+        try:
+            open_chunk(root, chunk).close()
+            whole.append(chunk)
+        except TraceFormatError as exc:
+            problems.append(str(exc))
+    progress = Progress(sum(chunk_size(root, c) for c in whole), "verify")
     n = 0
     done = 0
-    try:
-        with open(index, "rb") as idx:
-            for _record in reader:
-                span = next(spans)
+    with open(index, "rb") as idx, ExitStack() as stack:
+        stack.callback(progress.close)
+        for chunk in whole:
+            for span in iter_spans(root, chunks=[chunk]):
+                if span.lost:
+                    problems.append(
+                        f"{sealed_path(root, chunk).name}: a damaged zstd frame, "
+                        f"bytes {span.offset} to {span.offset + span.length} unreadable "
+                        f"({span.lost} records)"
+                    )
+                    n += span.lost
+                    continue
+                if not span.complete:
+                    problems.append(
+                        f"a torn last line of {span.length} bytes in {_name(root, chunk)} "
+                        "(not a record)"
+                    )
+                    continue
+                try:
+                    _parse_span(root, span)
+                except (ValueError, ijson.JSONError, DamagedFrame) as exc:
+                    problems.append(
+                        f"{_name(root, chunk)} at byte {span.offset}: not a record ({exc})"
+                    )
                 if n < rows:
                     idx.seek(n * ROW_BYTES)
                     row = decode_row(idx.read(ROW_BYTES))
@@ -146,30 +213,56 @@ def verify(root: Path) -> int:
                 n += 1
                 done += span.length + 1
                 progress.update(done)
-    except TraceFormatError as exc:
-        problems.append(str(exc))
-    finally:
-        progress.close()
     if rows != n:
         problems.append(f"{n} records but {rows} index rows")
-    if reader.torn_tail_bytes:
-        problems.append(f"a torn last line of {reader.torn_tail_bytes} bytes (not a record)")
     for problem in problems:
         print(f"problem: {problem}")
     print(f"{n} records verified, {len(problems)} problems")
     return 1 if problems else 0
 
 
+def get(root: Path, record_id: str) -> int:
+    """The record whose ``"id"`` is ``record_id``, as stored (one line), to stdout; only the
+    frames it spans are decompressed."""
+    try:
+        n, row = find_row(root, record_id)
+    except KeyError:
+        print(f"no record with id {record_id!r} in {root}", file=sys.stderr)
+        return 1
+    out = sys.stdout.buffer
+    try:
+        with open_chunk(root, row.chunk) as f:
+            _copy_range(f, out, row.offset, row.length)
+    except DamagedFrame as exc:
+        raise TraceFormatError(
+            f"record {n}: {exc}", chunk=sealed_path(root, row.chunk).name, offset=row.offset
+        ) from exc
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+    out.flush()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m monitors.traces", description=__doc__)
-    parser.add_argument("command", choices=["cat", "stat", "verify"])
+    parser.add_argument("command", choices=["cat", "stat", "verify", "get"])
     parser.add_argument("directory", type=Path)
+    parser.add_argument("id", nargs="?", help="get: the record's id")
     args = parser.parse_args(argv)
     root: Path = args.directory
     if not root.is_dir():
         parser.error(f"{root} is not a directory")
-    command = {"cat": cat, "stat": stat, "verify": verify}[args.command]
-    return command(root)
+    if (args.command == "get") != (args.id is not None):
+        parser.error("an ID goes with get, and only with get")
+    try:
+        if args.command == "get":
+            return get(root, args.id)
+        command = {"cat": cat, "stat": stat, "verify": verify}[args.command]
+        return command(root)
+    except TraceFormatError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,28 +1,38 @@
 """Make a stream that a crash left mid-write whole again before appending to it (blocking I/O).
 
 A process killed while writing leaves at most: a torn last line in the last chunk, a torn
-last index row, index rows for data that never reached the disk, and complete records whose
-index rows were never written. A machine that went down (power, kernel) can also leave a
-torn last line in an earlier chunk, one that rolled while its fsync was still running. Torn
-bytes are cut off; rows pointing at them are dropped; missing rows are rebuilt from the data
-(docs/design.md D9).
+last index row, index rows for data that never reached the disk, complete records whose
+index rows were never written, and a seal cut short (a ``.sealing`` file, or a chunk both
+plain and sealed). A machine that went down (power, kernel) can also leave a torn last line
+in an earlier plain chunk, one that rolled while its fsync was still running. Torn bytes are
+cut off; rows pointing at them are dropped; missing rows are rebuilt from the data; a seal
+cut short is finished or undone, and the chunks still to seal are listed (docs/design.md D9).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
+from ..errors import TraceFormatError
 from ._layout import (
     INDEX_NAME,
+    MENDING_NAME,
     ROW_BYTES,
     IndexRow,
     chunk_path,
     decode_row,
     encode_row,
-    list_chunks,
+    scan,
+    sealed_path,
+    sealing_path,
 )
+from ._sealed import SealedChunk, open_chunk
+
+log = logging.getLogger("monitors.traces")
 
 __all__ = ["Recovery", "recover"]
 
@@ -49,12 +59,22 @@ class Recovery:
     torn_row_bytes: int = 0  # bytes of a torn last index row cut
     dropped_rows: int = 0  # index rows that pointed past the data
     rebuilt_rows: int = 0  # complete records that had no index row
+    #: Seals a crash cut short: leftovers removed, or plain chunks removed once sealed.
+    seals_undone: int = 0
+    seals_finished: int = 0
+    #: Full plain chunks (not the one appends go on in), to seal.
+    unsealed: list[int] = field(default_factory=list)
 
     @property
     def mended(self) -> bool:
-        """Whether anything was cut, dropped or rebuilt."""
+        """Whether anything was cut, dropped, rebuilt, or a seal finished or undone."""
         return bool(
-            self.torn_bytes or self.torn_row_bytes or self.dropped_rows or self.rebuilt_rows
+            self.torn_bytes
+            or self.torn_row_bytes
+            or self.dropped_rows
+            or self.rebuilt_rows
+            or self.seals_undone
+            or self.seals_finished
         )
 
 
@@ -73,11 +93,11 @@ def _last_newline_end(path: Path, size: int) -> int:
     return 0
 
 
-def _line_spans(path: Path, start: int, stop: int) -> list[tuple[int, int]]:
-    """(offset, length) of each complete line in ``path[start:stop]``."""
+def _line_spans(f: BinaryIO | SealedChunk, start: int, stop: int) -> list[tuple[int, int]]:
+    """(offset, length) of each complete line in ``f[start:stop]``."""
     spans = []
     line_start = start
-    with open(path, "rb") as f:
+    with f:
         f.seek(start)
         pos = start
         while pos < stop:
@@ -147,22 +167,76 @@ def _drop_rows_anywhere(index: Path, sizes: dict[int, int]) -> tuple[int, int, I
     return len(kept), whole - len(kept), kept[-1][1] if kept else None
 
 
+def _settle_seals(directory: Path) -> tuple[list[int], list[int], int, int]:
+    """Finish or undo what a crash left of seals; return the plain and sealed chunks and
+    how many seals were undone and finished.
+
+    :raises TraceFormatError: A sealed chunk whose plain copy is gone is damaged.
+    """
+    listing = scan(directory)
+    undone = finished = 0
+    for chunk in listing.sealing:  # never renamed into place: the plain chunk is whole
+        sealing_path(directory, chunk).unlink()
+        undone += 1
+    plain = set(listing.plain)
+    for chunk in set(listing.plain) & set(listing.sealed):
+        # Renamed into place (so fsynced whole) before the plain one was unlinked; a sealed
+        # file that does not hold the plain one's bytes is not ours to trust: sealed again.
+        plain_size = chunk_path(directory, chunk).stat().st_size
+        try:
+            with SealedChunk(sealed_path(directory, chunk)) as copy:
+                whole = copy.size == plain_size
+        except TraceFormatError:
+            whole = False
+        if whole:
+            chunk_path(directory, chunk).unlink()
+            plain.discard(chunk)
+            finished += 1
+        else:
+            sealed_path(directory, chunk).unlink()
+            undone += 1
+    sealed = sorted(set(listing.sealed) - plain)
+    if (directory / MENDING_NAME).exists():
+        (directory / MENDING_NAME).unlink()  # an index rewrite a crash cut short
+    return sorted(plain), sealed, undone, finished
+
+
 def recover(directory: Path) -> Recovery:
-    """Cut what a crash tore, rebuild missing index rows; return where appends go on."""
+    """Cut what a crash tore, settle seals cut short, rebuild missing index rows; return
+    where appends go on.
+
+    :raises TraceFormatError: The directory holds a file that belongs to no stream, or a
+        sealed chunk without an intact seek table.
+    :raises OSError: The directory or its files cannot be read or written.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     index = directory / INDEX_NAME
     index.touch(exist_ok=True)
-    chunks = list_chunks(directory)
-    if not chunks:
-        chunk_path(directory, 0).touch()
-        chunks = [0]
+    plain, sealed, undone, finished = _settle_seals(directory)
+    if undone or finished:
+        log.warning(
+            "trace stream %s: %d seals cut short by a crash finished, %d undone",
+            directory,
+            finished,
+            undone,
+        )
+    chunks = sorted(plain + sealed)
+    if not chunks or chunks[-1] in sealed:  # appends go on in a fresh plain chunk
+        fresh = chunks[-1] + 1 if chunks else 0
+        chunk_path(directory, fresh).touch()
+        plain.append(fresh)
+        chunks.append(fresh)
 
-    # Every chunk ends with a complete line, or its torn tail is cut off.
+    # Every plain chunk ends with a complete line, or its torn tail is cut off; a sealed
+    # chunk was whole when it was renamed into place.
     last = chunks[-1]
     sizes: dict[int, int] = {}
     torn = 0
     torn_before_last = False
-    for chunk in chunks:
+    for chunk in sealed:
+        with SealedChunk(sealed_path(directory, chunk)) as f:
+            sizes[chunk] = f.size
+    for chunk in plain:
         path = chunk_path(directory, chunk)
         size = path.stat().st_size
         keep = size if _ends_a_line(path, size) else _last_newline_end(path, size)
@@ -189,7 +263,7 @@ def recover(directory: Path) -> Recovery:
         if chunk < start_chunk:
             continue
         begin = start if chunk == start_chunk else 0
-        for offset, length in _line_spans(chunk_path(directory, chunk), begin, sizes[chunk]):
+        for offset, length in _line_spans(open_chunk(directory, chunk), begin, sizes[chunk]):
             rebuilt.append(IndexRow(chunk, offset, length))
     if rebuilt:
         with open(index, "ab") as f:
@@ -204,4 +278,7 @@ def recover(directory: Path) -> Recovery:
         torn_row_bytes=torn_row,
         dropped_rows=dropped,
         rebuilt_rows=len(rebuilt),
+        seals_undone=undone,
+        seals_finished=finished,
+        unsealed=[c for c in plain if c != last],
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
@@ -17,9 +17,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 import encoder
 
 from ..errors import TraceWriteError
-from ..records import line_option
-from ._layout import INDEX_NAME, ROW_BYTES, IndexRow, chunk_path, encode_row
+from ..records import check_float_decimals, line_option
+from ._layout import INDEX_NAME, ROW_BYTES, IndexRow, chunk_path, encode_row, row_for_id
 from ._recovery import Recovery, recover
+from ._sealed import DEFAULT_LEVEL, seal
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "TraceWriter"]
 
@@ -72,10 +73,15 @@ class TraceWriter:
     A record is encoded cooperatively on the event loop (``encoder.aiterencode``) while a
     worker thread writes the previous batch, so at most ~3 MiB are in flight. The stream
     rolls to a new chunk before a line would pass ``chunk_bytes`` (a line is never split; a
-    larger one gets a chunk of its own). A chunk that rolls is fsynced in a thread of its
-    own, so appends to the next one never wait for the disk; ``close`` waits for that
-    fsync, fsyncs the rest, and raises ``TraceWriteError`` if any fsync failed.
-    Reopening a stream after a crash first mends it (see ``Recovery``; docs/design.md D9).
+    larger one gets a chunk of its own). A chunk that rolls is fsynced, then sealed
+    (``compress``: zstd's seekable format, the plain file removed once the sealed one is on
+    the disk) in a thread of its own, so appends to the next chunk never wait for the disk.
+    The next roll waits for that thread: at most one full chunk waits to be sealed. A seal
+    that fails (a full disk) leaves the plain chunk whole and readable; it is logged,
+    counted in ``seal_failures`` and tried again at ``close``. ``close`` fsyncs the rest,
+    seals the live chunk (``seal_on_close``), and raises ``TraceWriteError`` if any fsync
+    failed. Reopening a stream after a crash first mends it, and seals the full chunks left
+    plain (see ``Recovery``; docs/design.md D9).
 
     :param directory: The stream's directory, created if missing.
     :param chunk_bytes: Most bytes in one chunk file before the stream rolls to the next.
@@ -83,8 +89,13 @@ class TraceWriter:
     :param default: Called with each object orjson cannot write; returns one it can.
     :param budget: Seconds of encoding between two turns given to the event loop.
     :param fsync: Flush chunks and the index to the disk when a chunk rolls and at ``close``.
-    :raises ValueError: ``chunk_bytes`` is not positive, or ``option`` includes
-        ``OPT_INDENT_2``.
+    :param compress: Seal full chunks with zstd; False keeps every chunk plain JSONL.
+    :param level: zstd's compression level for sealing.
+    :param seal_on_close: Seal the live chunk too at ``close`` (when ``compress``).
+    :param float_decimals: Round floats to this many decimals on disk (the encoder's
+        ``float_decimals``; the record itself is never changed), or None for every digit.
+    :raises ValueError: ``chunk_bytes`` is not positive, ``option`` includes
+        ``OPT_INDENT_2``, or ``float_decimals`` is not an int from 0 to 17.
     """
 
     def __init__(
@@ -96,6 +107,10 @@ class TraceWriter:
         default: Callable[[Any], Any] | None = None,
         budget: float = encoder.DEFAULT_BUDGET,
         fsync: bool = True,
+        compress: bool = True,
+        level: int = DEFAULT_LEVEL,
+        seal_on_close: bool = True,
+        float_decimals: int | None = None,
     ) -> None:
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be positive, not {chunk_bytes!r}")
@@ -105,6 +120,10 @@ class TraceWriter:
         self.default = default
         self.budget = budget
         self.fsync = fsync
+        self.compress = compress
+        self.level = level
+        self.seal_on_close = seal_on_close
+        self.float_decimals = check_float_decimals(float_decimals)
         self.recovery: Recovery | None = None
         self.records = 0
         self._lock = anyio.Lock()
@@ -113,9 +132,11 @@ class TraceWriter:
         self._data_fd = -1
         self._index_fd = -1
         self._closed = False
-        #: The fsync of the chunk that rolled last, and what failed in any such fsync.
+        #: The fsync (and seal) of the chunk that rolled last, and what failed in any fsync.
         self._syncing: threading.Thread | None = None
         self._sync_errors: list[str] = []
+        #: Full chunks whose seal failed: left plain, tried again at close.
+        self.seal_failures: set[int] = set()
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -149,16 +170,21 @@ class TraceWriter:
             log.warning("trace stream %s was mended on reopening: %s", self.directory, found)
         self._chunk, self._size, self.records = found.chunk, found.chunk_size, found.records
         self.recovery = found
+        if self.compress and found.unsealed:
+            self._in_background(lambda: self._seal_all(found.unsealed), "seal")
         return found
 
     async def close(self) -> None:
-        """Wait for a rolled chunk's fsync, fsync and close the files; idempotent.
+        """Wait for a rolled chunk's fsync and seal, fsync and close the files, seal the
+        live chunk (``seal_on_close``) and any whose seal failed before; idempotent.
         Appending afterwards is an error.
 
         :raises TraceWriteError: An fsync since the stream was opened failed (the records
-            were written, but may not be on the disk).
+            were written, but may not be on the disk). A seal that fails is not an error:
+            the plain chunk stays, and ``seal_failures`` says which.
         """
         async with self._lock:
+            was_open = self._data_fd >= 0
             self._closed = True
             with anyio.CancelScope(shield=True):
                 await self._settle()
@@ -169,13 +195,40 @@ class TraceWriter:
                         except OSError as exc:
                             log.error("trace stream %s: fsync failed: %s", self.directory, exc)
                             self._sync_errors.append(f"on close: {exc}")
-            self._data_fd = self._index_fd = -1
+                self._data_fd = self._index_fd = -1
+                if self.compress and was_open:
+                    last = [self._chunk] if self.seal_on_close and self._size else []
+                    await anyio.to_thread.run_sync(
+                        self._seal_all, sorted(self.seal_failures) + last
+                    )
             errors, self._sync_errors = self._sync_errors, []
             if errors:
                 raise TraceWriteError(
                     f"trace stream {self.directory} may not be on the disk: fsync failed "
                     + "; ".join(errors)
                 )
+
+    def _seal_all(self, chunks: list[int]) -> None:
+        """Seal ``chunks`` in order (blocking); a failure is logged and kept in
+        ``seal_failures``, the plain chunk left as it was."""
+        for chunk in chunks:
+            try:
+                seal(self.directory, chunk, level=self.level, fsync=self.fsync)
+            except OSError as exc:
+                log.error(
+                    "trace stream %s: cannot seal chunk %d, left plain (readable): %s",
+                    self.directory,
+                    chunk,
+                    exc,
+                )
+                self.seal_failures.add(chunk)
+            else:
+                self.seal_failures.discard(chunk)
+
+    def _in_background(self, job: Callable[[], None], what: str) -> None:
+        """Run ``job`` in a thread of its own; ``_settle`` waits for it."""
+        self._syncing = threading.Thread(target=job, name=f"nodewise-{what}", daemon=True)
+        self._syncing.start()
 
     def _sync_and_close(self, fd: int) -> None:
         try:
@@ -185,7 +238,7 @@ class TraceWriter:
             os.close(fd)
 
     async def _settle(self) -> None:
-        """Wait for the fsync of the chunk that rolled last (usually long done)."""
+        """Wait for the fsync and seal of the chunk that rolled last."""
         if self._syncing is not None:
             await anyio.to_thread.run_sync(self._syncing.join)
             self._syncing = None
@@ -240,7 +293,8 @@ class TraceWriter:
                     await self._roll()
                     start = 0
                     length = await self._stream(value, limit=None)
-                row = IndexRow(self._chunk, start, length, step, kind, subset)
+                record_id, idh = row_for_id(value.get("id") if isinstance(value, Mapping) else None)
+                row = IndexRow(self._chunk, start, length, step, kind, subset, record_id, idh)
                 await anyio.to_thread.run_sync(_write_all, self._index_fd, encode_row(row))
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):
@@ -266,7 +320,11 @@ class TraceWriter:
             group.start_soon(drain.run, receive)
             try:
                 chunks = encoder.aiterencode(
-                    value, option=self.option, default=self.default, budget=self.budget
+                    value,
+                    option=self.option,
+                    default=self.default,
+                    budget=self.budget,
+                    float_decimals=self.float_decimals,
                 )
                 async with send, aclosing(chunks):
                     batch: list[bytes] = []
@@ -307,34 +365,35 @@ class TraceWriter:
             log.error("cannot cut partial record from %s: %s", self.directory, exc)
 
     async def _roll(self) -> None:
-        """Start the next chunk; fsync and close the old one in the background (shielded
-        from cancellation: a half-done switch would leave the writer holding a closed
-        descriptor)."""
+        """Start the next chunk; fsync, close and seal the old one in the background. The
+        next chunk is opened first: if that fails, the stream stays in the old one and the
+        next append tries again (shielded from cancellation: a half-done switch would leave
+        the writer holding a closed descriptor)."""
         nxt = self._chunk + 1
         with anyio.CancelScope(shield=True):
-            await self._settle()  # one fsync in flight at most: the disk sets the pace
-            old, self._data_fd = self._data_fd, -1
-            self._sync_later(old, self._chunk)
+            await self._settle()  # one chunk sealing at most: the disk sets the pace
             try:
-                self._data_fd = await anyio.to_thread.run_sync(
+                fd = await anyio.to_thread.run_sync(
                     self._open_chunk, chunk_path(self.directory, nxt)
                 )
             except OSError as exc:
-                self._closed = True
                 raise TraceWriteError(
                     f"cannot start chunk {nxt} of {self.directory}: {exc}"
                 ) from exc
+            old, self._data_fd = self._data_fd, fd
+            self._after_roll(old, self._chunk)
         self._chunk, self._size = nxt, 0
 
     def _open_chunk(self, path: Path) -> int:
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def _sync_later(self, fd: int, chunk: int) -> None:
-        """fsync and close chunk ``chunk`` (then fsync the index, whose rows for it are
-        written) in a thread of its own; a failure is logged now and raised by ``close``."""
+    def _after_roll(self, fd: int, chunk: int) -> None:
+        """fsync and close chunk ``chunk``, fsync the index (whose rows for it are written),
+        then seal the chunk, in a thread of its own; an fsync failure is logged now and
+        raised by ``close``, a seal failure logged and kept in ``seal_failures``."""
         index_fd = self._index_fd
 
-        def sync() -> None:
+        def job() -> None:
             try:
                 self._sync_and_close(fd)
                 if self.fsync:
@@ -344,6 +403,7 @@ class TraceWriter:
                     "trace stream %s: fsync of chunk %d failed: %s", self.directory, chunk, exc
                 )
                 self._sync_errors.append(f"for chunk {chunk}: {exc}")
+            if self.compress:
+                self._seal_all([chunk])
 
-        self._syncing = threading.Thread(target=sync, name=f"nodewise-fsync-{chunk}", daemon=True)
-        self._syncing.start()
+        self._in_background(job, f"seal-{chunk}")

@@ -148,7 +148,7 @@ def test_cli_runs_and_reports_json(capsys: pytest.CaptureFixture[str], tmp_path:
         # What the loop's thread did during the slowest log call: it ran for part of it.
         assert 0 < r["slowest_log_running_ms"] <= r["slowest_log_ms"] + 0.05, r
     assert runs["prime"]["server"]["unique_ids"] == 6
-    assert Path(runs["file"]["streams"]["all"], "00000.jsonl").is_file()
+    assert Path(runs["file"]["streams"]["all"], "00000.jsonl.zst").is_file()  # sealed
     assert report["summary"][0] == "Every record delivered (12 per monitor)."
     assert len(report["summary"]) == 3
 
