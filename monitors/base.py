@@ -32,11 +32,15 @@ class DeliveryStats:
     :param submitted: Records the monitor was given.
     :param delivered: Records that reached their destination.
     :param lost: Records lost, by reason (``queue_full``, ``encode_error``, ...).
+    :param degraded: What went wrong without losing a record, by kind (``seal_failed``:
+        chunks left plain because sealing them failed, a full disk say; they stay
+        readable). Left out of the repr while empty.
     """
 
     submitted: int = 0
     delivered: int = 0
     lost: Mapping[str, int] = field(default_factory=dict)
+    degraded: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def lost_total(self) -> int:
@@ -51,9 +55,22 @@ class DeliveryStats:
     def __add__(self, other: DeliveryStats) -> DeliveryStats:
         lost = Counter(self.lost)
         lost.update(other.lost)
+        degraded = Counter(self.degraded)
+        degraded.update(other.degraded)
         return DeliveryStats(
-            self.submitted + other.submitted, self.delivered + other.delivered, dict(lost)
+            self.submitted + other.submitted,
+            self.delivered + other.delivered,
+            dict(lost),
+            dict(degraded),
         )
+
+    def __repr__(self) -> str:
+        # ``degraded`` only when something was: the usual repr stays as it always read.
+        text = (
+            f"DeliveryStats(submitted={self.submitted!r}, delivered={self.delivered!r}, "
+            f"lost={self.lost!r}"
+        )
+        return text + (f", degraded={self.degraded!r})" if self.degraded else ")")
 
 
 class Ledger:
@@ -66,8 +83,9 @@ class Ledger:
         self.delivered = 0
         self.lost: Counter[str] = Counter()
 
-    def snapshot(self) -> DeliveryStats:
-        return DeliveryStats(self.submitted, self.delivered, dict(self.lost))
+    def snapshot(self, *, degraded: Mapping[str, int] | None = None) -> DeliveryStats:
+        """The counts now, with ``degraded`` (which the monitor counts where it happens)."""
+        return DeliveryStats(self.submitted, self.delivered, dict(self.lost), dict(degraded or {}))
 
 
 class Monitor(ABC):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -15,12 +17,104 @@ import encoder
 
 from .base import DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import TraceWriteError
-from .records import Kind, Subset, build_record, check_kind, line_option
+from .records import Kind, Subset, build_record, check_float_decimals, check_kind, line_option
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
+from .traces._sealed import DEFAULT_LEVEL
 
 __all__ = ["FileMonitor"]
 
 log = logging.getLogger("monitors.file")
+
+METRICS_NAME = "metrics.jsonl"
+#: Bytes read at a time, from the end, to find the last newline of a torn metrics file.
+_TAIL_BLOCK = 1 << 16
+
+
+def ensure_writable_dir(root: Path) -> None:
+    """Create ``root`` (with its parents) and check that files can be created in it, by
+    creating and removing a probe file. Blocking: run it in a worker thread.
+
+    Done when a monitor starts, so that a wrong path fails there, with its reason, rather
+    than at the first record (or, for W&B, inside ``wandb.init``).
+
+    :raises OSError: ``root`` cannot be created or written; ``strerror`` says why.
+    """
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # what mkdir says of a file (or dangling link) in the way
+        why = "it is a file, not a directory" if root.is_file() else "it is not a directory"
+        raise NotADirectoryError(errno.ENOTDIR, why, str(root)) from exc
+    except NotADirectoryError as exc:
+        above = next((p for p in root.parents if p.exists() and not p.is_dir()), None)
+        why = "not a directory" if above is None else f"{above} is a file, not a directory"
+        raise NotADirectoryError(errno.ENOTDIR, why, str(root)) from exc
+    except OSError as exc:
+        raise type(exc)(exc.errno, f"cannot create it ({_why(exc)})", str(root)) from exc
+    probe = root / f".nodewise-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise type(exc)(exc.errno, f"cannot create a file in it ({_why(exc)})", str(root)) from exc
+    os.close(fd)
+    probe.unlink()
+
+
+def seal_failures(writers: Iterable[TraceWriter]) -> dict[str, int]:
+    """``DeliveryStats.degraded`` of these streams: ``{"seal_failed": n}`` for the ``n``
+    chunks left plain because sealing them failed, or nothing."""
+    failed = sum(len(writer.seal_failures) for writer in writers)
+    return {"seal_failed": failed} if failed else {}
+
+
+def _why(exc: OSError) -> str:
+    """An OSError's reason in words, without the errno and path ``str`` repeats."""
+    return exc.strerror or str(exc)
+
+
+def _append_whole(fd: int, line: bytes) -> None:
+    """Append ``line`` to ``fd`` (opened ``O_APPEND``), all of it or none: a write that fails
+    part-way (a full disk) is cut back off, so the file never ends in a partial line for the
+    next one to be glued onto.
+
+    :raises OSError: The write failed (the file is as it was, unless cutting failed too,
+        which is logged).
+    """
+    before = os.fstat(fd).st_size
+    view = memoryview(line)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        try:
+            os.ftruncate(fd, before)
+        except OSError as cut:
+            log.error("cannot cut a partial metrics line back off (fd %d): %s", fd, cut)
+        raise
+
+
+def _mend_tail(fd: int, path: Path) -> int:
+    """Cut a torn last line (a crash mid-write) off the end of ``fd``: the file then ends
+    just after its last newline. Returns the bytes cut (0 when the file was whole)."""
+    size = os.fstat(fd).st_size
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_BLOCK)
+        block = os.pread(fd, end - start, start)
+        if end == size and block.endswith(b"\n"):
+            return 0
+        at = block.rfind(b"\n")
+        if at >= 0:
+            end = start + at + 1
+            break
+        end = start
+    if end < size:
+        os.ftruncate(fd, end)
+        log.warning(
+            "%s ended in a torn line (a crash mid-write?): cut %d bytes off its end",
+            path,
+            size - end,
+        )
+    return size - end
 
 
 async def write_episodes(
@@ -74,21 +168,37 @@ async def write_episodes(
 class FileMonitor(Monitor):
     """Writes a run to ``root``:
 
-        root/metrics.jsonl                      {"step", "time", "metrics"} per call
-        root/traces/<kind>/<subset>/00000.jsonl  one episode per line (see monitors.traces)
+        root/metrics.jsonl                          {"step", "time", "metrics"} per call
+        root/traces/<kind>/<subset>/00000.jsonl.zst  one episode per line (monitors.traces),
+                                                    sealed with zstd once full
+        root/traces/<kind>/<subset>/00001.jsonl      the live chunk, plain until finalize
 
-    ``log_episodes`` returns once its episodes are written, in order, while the event loop
-    keeps serving other tasks (encoding is cooperative, file writes run in a worker thread).
-    A record that cannot be encoded is counted lost (``encode_error``) and the rest of the
-    call goes on; a disk that refuses raises ``TraceWriteError`` after counting what was lost
-    (``write_error``), and the stream stays readable up to its last complete record.
+    ``start`` creates ``root`` and checks it can be written, so that a wrong path fails
+    there. ``log_episodes`` returns once its episodes are written, in order, while the event
+    loop keeps serving other tasks (encoding is cooperative, file writes run in a worker
+    thread). A record that cannot be encoded is counted lost (``encode_error``) and the rest
+    of the call goes on; a disk that refuses raises ``TraceWriteError`` after counting what
+    was lost (``write_error``), and the stream stays readable up to its last complete record.
+    A metrics line is written whole or not at all (a failed write is cut back off), and a
+    torn last line left by a crash is cut off before the first metrics of a new monitor.
+
+    A chunk that fails to seal (a full disk) stays plain and readable; ``stats()`` counts it
+    in ``degraded["seal_failed"]`` (docs/design.md D8, D9).
 
     :param root: The run's directory, created by ``start``.
     :param chunk_bytes: Most bytes in one chunk file before its stream rolls to the next.
     :param option: orjson's ``OPT_*`` flags for every record (``OPT_INDENT_2`` is refused).
     :param default: Called with each object orjson cannot write; returns one it can.
     :param fsync: Flush chunks and indexes to the disk when they roll and at ``finalize``.
-    :raises ValueError: ``option`` includes ``OPT_INDENT_2``.
+    :param compress: Seal each full chunk with zstd (``NNNNN.jsonl.zst``, in a background
+        thread, the plain file removed); False keeps every chunk plain JSONL.
+    :param level: zstd's compression level for sealing.
+    :param seal_on_finalize: Seal each stream's live chunk too at ``finalize`` (when
+        ``compress``); False leaves it plain.
+    :param float_decimals: Round the floats of episode records to this many decimals (0 to
+        17), on disk only; the records in memory are never changed. None writes every digit.
+    :raises ValueError: ``option`` includes ``OPT_INDENT_2``, or ``float_decimals`` is not
+        None nor an int from 0 to 17.
     """
 
     def __init__(
@@ -99,6 +209,10 @@ class FileMonitor(Monitor):
         option: int = 0,
         default: Callable[[Any], Any] | None = None,
         fsync: bool = True,
+        compress: bool = True,
+        level: int = DEFAULT_LEVEL,
+        seal_on_finalize: bool = True,
+        float_decimals: int | None = None,
     ) -> None:
         self.root = Path(root)
         self.chunk_bytes = chunk_bytes
@@ -106,9 +220,15 @@ class FileMonitor(Monitor):
         line_option(option)  # refuse an option no JSON Lines record can take, now
         self.default = default
         self.fsync = fsync
+        self.compress = compress
+        self.level = level
+        self.seal_on_finalize = seal_on_finalize
+        self.float_decimals = check_float_decimals(float_decimals)
         self._ledger = Ledger()
         self._streams: dict[tuple[str, str], TraceWriter] = {}
         self._metrics_lock = anyio.Lock()
+        #: Whether metrics.jsonl is known to end with a whole line (else it is mended first).
+        self._metrics_whole = False
         self._finalized = False
 
     def stream_dir(self, kind: Kind, subset: Subset) -> Path:
@@ -129,32 +249,65 @@ class FileMonitor(Monitor):
                 option=self.option,
                 default=self.default,
                 fsync=self.fsync,
+                compress=self.compress,
+                level=self.level,
+                seal_on_close=self.seal_on_finalize,
+                float_decimals=self.float_decimals,
             )
             self._streams[key] = writer
         return writer
 
     async def start(self) -> None:
-        await anyio.to_thread.run_sync(lambda: self.root.mkdir(parents=True, exist_ok=True))
+        """Create ``root`` and check that it can be written (in a worker thread).
+
+        :raises TraceWriteError: ``root`` is a file, lies under one, or cannot be written;
+            the message names it and says why.
+        """
+        try:
+            await anyio.to_thread.run_sync(ensure_writable_dir, self.root)
+        except OSError as exc:
+            raise TraceWriteError(f"cannot write to {self.root}: {_why(exc)}") from exc
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
+        """Append one line to ``metrics.jsonl`` (non-finite values dropped and named).
+
+        :param metrics: Metric names and their values.
+        :param step: The training step they belong to.
+        :raises TraceWriteError: The disk refused the write; the file is left ending in a
+            whole line.
+        :raises RuntimeError: The monitor is finalized.
+        """
         self._check_open()
         line = encoder.encode(
             {"step": step, "time": time.time(), "metrics": finite_metrics(metrics, step=step)},
             option=self.option | encoder.OPT_APPEND_NEWLINE | encoder.OPT_SERIALIZE_NUMPY,
             default=self.default,
         )
-        path = self.root / "metrics.jsonl"
-
-        def append() -> None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "ab") as f:
-                f.write(line)
-
+        path = self.root / METRICS_NAME
         async with self._metrics_lock:
             try:
-                await anyio.to_thread.run_sync(append)
+                await anyio.to_thread.run_sync(self._append_metrics, path, line)
             except OSError as exc:
                 raise TraceWriteError(f"cannot append to {path}: {exc}") from exc
+
+    def _append_metrics(self, path: Path, line: bytes) -> None:
+        """Append one metrics line whole (in a worker thread). The first time (a crash may
+        have torn the last line), and after a failed write (cutting it back off may have
+        failed too), first cut a torn last line off."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Read and write: mending reads the tail back.
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if not self._metrics_whole:
+                _mend_tail(fd, path)
+                self._metrics_whole = True
+            try:
+                _append_whole(fd, line)
+            except OSError:
+                self._metrics_whole = False  # should cutting have failed too: look next time
+                raise
+        finally:
+            os.close(fd)
 
     async def log_episodes(
         self,
@@ -187,7 +340,9 @@ class FileMonitor(Monitor):
             raise failures[0]
 
     def stats(self) -> DeliveryStats:
-        return self._ledger.snapshot()
+        """Episodes: submitted, written, lost by reason; ``degraded["seal_failed"]``: chunks
+        left plain because sealing them failed."""
+        return self._ledger.snapshot(degraded=seal_failures(self._streams.values()))
 
     def _check_open(self) -> None:
         if self._finalized:

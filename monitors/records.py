@@ -14,6 +14,7 @@ __all__ = [
     "Subset",
     "SupportsToRecord",
     "build_record",
+    "check_float_decimals",
     "check_kind",
     "line_option",
 ]
@@ -73,3 +74,16 @@ def line_option(option: int) -> int:
     if option & encoder.OPT_INDENT_2:
         raise ValueError("option=OPT_INDENT_2 is refused: a JSON Lines record is one line")
     return option | encoder.OPT_APPEND_NEWLINE
+
+
+def check_float_decimals(float_decimals: int | None) -> int | None:
+    """``float_decimals`` as the encoder takes it, refused at once (at construction) rather
+    than at the first episode.
+
+    :raises ValueError: It is not None nor an int from 0 to 17.
+    """
+    if float_decimals is not None and (
+        type(float_decimals) is not int or not 0 <= float_decimals <= 17
+    ):
+        raise ValueError(f"float_decimals must be an int from 0 to 17, not {float_decimals!r}")
+    return float_decimals

@@ -20,10 +20,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .base import DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import MonitorError, TraceWriteError
-from .file import write_episodes
-from .records import Kind, Subset, check_kind, line_option
+from .file import ensure_writable_dir, seal_failures, write_episodes
+from .records import Kind, Subset, check_float_decimals, check_kind, line_option
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
-from .traces._layout import INDEX_NAME, chunk_path, list_chunks
+from .traces._layout import INDEX_NAME, chunk_path, scan, sealed_path
+from .traces._sealed import DEFAULT_LEVEL
 
 if TYPE_CHECKING:
     from wandb import Run
@@ -44,30 +45,65 @@ _Step = tuple[dict[str, Any], int]  # metrics, step
 
 
 class _Stream:
-    """One trace stream and how much of it was handed to W&B."""
+    """One trace stream and which of its chunks were handed to W&B."""
 
-    __slots__ = ("directory", "lock", "saved", "sealed", "writer")
+    __slots__ = ("directory", "lock", "rolled", "saved", "unsaved", "writer")
 
     def __init__(self, writer: TraceWriter) -> None:
         self.writer = writer
         self.directory = writer.directory
         self.lock = anyio.Lock()  # one hand-over at a time
-        self.saved = 0  # chunks below this number were handed to W&B
-        self.sealed = 0  # chunks below this number are complete (the writer rolled past them)
+        self.rolled = 0  # chunks below this number are full (the writer rolled past them)
+        #: Chunks handed to W&B, and full chunks not handed over yet (a few at most).
+        self.saved: set[int] = set()
+        self.unsaved: set[int] = set()
+
+    def rolled_to(self, chunk: int) -> None:
+        """Note that the chunks below ``chunk`` are full."""
+        if chunk > self.rolled:
+            self.unsaved.update(range(self.rolled, chunk))
+            self.rolled = chunk
+
+    def waiting(self) -> bool:
+        """Whether a full chunk waits to be saved (not one whose seal failed: that one
+        waits for ``finalize``, where ``close`` tries the seal again)."""
+        failed = self.writer.seal_failures
+        return any(n not in failed for n in list(self.unsaved))  # a copy: a thread saves
 
 
 class WandbMonitor(Monitor):
     """Logs a run to Weights & Biases:
 
-        run history                                   log_metrics, one row per step
-        <run.dir>/traces/<kind>/<subset>/00000.jsonl  log_episodes (see monitors.traces)
+        run history                                       log_metrics, one row per step
+        <run.dir>/traces/<kind>/<subset>/00000.jsonl.zst  log_episodes (see monitors.traces)
 
     The loop never waits on the SDK: wandb is imported and the run (one per monitor)
     created in a worker thread, ``run.log`` is called in order by one worker, and each
-    trace chunk is saved with policy "now" once sealed (docs/design.md D13). Episodes are
-    written and counted in ``stats()`` as ``FileMonitor`` does; metrics steps are counted
-    in ``metrics_stats()`` (docs/design.md D8). ``start`` enters the monitor's task group
-    and ``finalize`` leaves it: call both from the same task (``async with`` does).
+    trace chunk is saved with policy "now" once it is final (docs/design.md D13). Episodes
+    are written and counted in ``stats()`` as ``FileMonitor`` does; metrics steps are
+    counted in ``metrics_stats()`` (docs/design.md D8). ``start`` enters the monitor's task
+    group and ``finalize`` leaves it: call both from the same task (``async with`` does).
+
+    With ``compress`` (the default) a full chunk is sealed with zstd in the background and
+    its ``.jsonl.zst`` saved at a later ``log_episodes`` once it exists; the plain file it
+    replaces is never saved. ``finalize`` seals each live chunk (``seal_on_finalize``) and
+    saves every chunk left and the index. A chunk whose seal failed (a full disk) is saved
+    plain at ``finalize``, and counted in ``stats().degraded["seal_failed"]``. Without
+    ``compress``, each plain chunk is saved once the stream rolls past it.
+
+    Reading traces back from a run: download its ``traces/`` files, keeping their paths,
+    then read a stream's directory with ``monitors.traces.read_records`` (plain and sealed
+    chunks alike), or from a shell with ``zstd -dcf DIR/0*.jsonl* | jq`` (``-f`` passes a
+    chunk left plain through as it is; on sealed chunks alone, ``DIR/*.zst`` will do)::
+
+        run = wandb.Api().run("entity/project/run_id")
+        for f in run.files(pattern="traces/%"):
+            f.download(root="run", exist_ok=True)
+        for record in monitors.traces.read_records("run/traces/train/all"):
+            ...
+
+    ``run.file("traces/train/all/00000.jsonl.zst").download(root="run")`` fetches a single
+    file; ``monitors.traces.read_record`` finds one record through the stream's index.
 
     :param project: The W&B project.
     :param entity: The W&B team or user; None for the default one.
@@ -85,14 +121,21 @@ class WandbMonitor(Monitor):
     :param option: orjson's ``OPT_*`` flags for every record (``OPT_INDENT_2`` is refused).
     :param default: Called with each object orjson cannot write; returns one it can.
     :param fsync: Flush chunks and indexes to the disk when they roll and at ``finalize``.
+    :param compress: Seal each full chunk with zstd (``NNNNN.jsonl.zst``, in a background
+        thread) and save the sealed file; False keeps and saves every chunk plain.
+    :param level: zstd's compression level for sealing.
+    :param seal_on_finalize: Seal each stream's live chunk too at ``finalize`` (when
+        ``compress``); False saves it plain.
+    :param float_decimals: Round the floats of episode records to this many decimals (0 to
+        17), on disk only; the records in memory are never changed. None writes every digit.
     :param metrics_queue: Steps that may wait for ``run.log``; a step logged while they
         all wait is dropped (``queue_full``).
     :param init_attempts: ``wandb.init`` attempts on transient failures (``CommError``,
         timeouts).
     :param retry_base: Seconds before the second attempt; doubled after each (30 s at most),
         then jittered.
-    :raises ValueError: ``metrics_queue`` or ``init_attempts`` is below 1, or ``option``
-        includes ``OPT_INDENT_2``.
+    :raises ValueError: ``metrics_queue`` or ``init_attempts`` is below 1, ``option``
+        includes ``OPT_INDENT_2``, or ``float_decimals`` is not None nor an int from 0 to 17.
     """
 
     def __init__(
@@ -111,6 +154,10 @@ class WandbMonitor(Monitor):
         option: int = 0,
         default: Callable[[Any], Any] | None = None,
         fsync: bool = True,
+        compress: bool = True,
+        level: int = DEFAULT_LEVEL,
+        seal_on_finalize: bool = True,
+        float_decimals: int | None = None,
         metrics_queue: int = 10_000,
         init_attempts: int = 5,
         retry_base: float = 1.0,
@@ -133,6 +180,10 @@ class WandbMonitor(Monitor):
         line_option(option)  # refuse an option no JSON Lines record can take, now
         self.default = default
         self.fsync = fsync
+        self.compress = compress
+        self.level = level
+        self.seal_on_finalize = seal_on_finalize
+        self.float_decimals = check_float_decimals(float_decimals)
         self.metrics_queue = metrics_queue
         self.init_attempts = init_attempts
         self.retry_base = retry_base
@@ -156,12 +207,20 @@ class WandbMonitor(Monitor):
         """Import wandb and create the run (both in a worker thread), then start the
         metrics worker.
 
-        :raises MonitorError: wandb is missing, refused the credentials, or init failed.
+        :raises MonitorError: ``dir`` cannot be written (a file, under a file, no
+            permission: checked before ``wandb.init``), wandb is missing, refused the
+            credentials, or init failed.
         :raises RuntimeError: The monitor was started before.
         """
         if self._started:
             raise RuntimeError("WandbMonitor is already started")
         self._started = True
+        if self.dir is not None:
+            try:
+                await anyio.to_thread.run_sync(ensure_writable_dir, self.dir)
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                raise MonitorError(f"WandbMonitor cannot write to dir={self.dir}: {why}") from exc
         try:
             # Importing wandb is slow: not on the loop (docs/design.md D13).
             wandb = await anyio.to_thread.run_sync(importlib.import_module, "wandb")
@@ -263,8 +322,11 @@ class WandbMonitor(Monitor):
             log.warning("W&B monitor: %d step(s) of metrics not logged at finalize", rest)
 
     def stats(self) -> DeliveryStats:
-        """Episodes: submitted, written, lost by reason (metrics are in ``metrics_stats``)."""
-        return self._ledger.snapshot()
+        """Episodes: submitted, written, lost by reason (metrics are in ``metrics_stats``);
+        ``degraded["seal_failed"]``: chunks left plain because sealing them failed."""
+        return self._ledger.snapshot(
+            degraded=seal_failures(stream.writer for stream in self._streams.values())
+        )
 
     def metrics_stats(self) -> DeliveryStats:
         """Metrics steps (one per ``log_metrics`` call): submitted, logged, lost by reason
@@ -357,6 +419,10 @@ class WandbMonitor(Monitor):
                 option=self.option,
                 default=self.default,
                 fsync=self.fsync,
+                compress=self.compress,
+                level=self.level,
+                seal_on_close=self.seal_on_finalize,
+                float_decimals=self.float_decimals,
             )
             stream = self._streams[key] = _Stream(writer)
         return stream
@@ -370,7 +436,8 @@ class WandbMonitor(Monitor):
         subset: Subset = "effective",
     ) -> None:
         """Write the episodes to the (kind, subset) trace stream, in order, as
-        ``FileMonitor`` does; chunks sealed meanwhile are then handed to W&B.
+        ``FileMonitor`` does; full chunks that are final by now (sealed, without
+        ``compress``: rolled past) are then handed to W&B.
 
         :param episodes: Mappings, or objects with ``to_record()``.
         :param step: The training step they belong to.
@@ -391,36 +458,54 @@ class WandbMonitor(Monitor):
         chunk = await write_episodes(
             stream.writer, batch, ledger, step=step, kind=kind, subset=subset
         )
-        stream.sealed = max(stream.sealed, chunk)
-        if stream.sealed > stream.saved:
+        stream.rolled_to(chunk)
+        if stream.waiting():
             await self._hand_over(stream, final=False)
 
     async def _hand_over(self, stream: _Stream, *, final: bool) -> None:
-        """Save the stream's sealed chunks not saved yet (``final``: every chunk left and
-        the index) with policy "now", in a thread. A failure is logged, not raised: the
-        files stay in the run's directory, and ``finalize`` tries again."""
+        """Save the stream's full chunks that are final and not saved yet (``final``: every
+        chunk left, and the index) with policy "now", in a thread. A failure is logged, not
+        raised: the files stay in the run's directory, and ``finalize`` tries again."""
         async with stream.lock:
-            upto = None if final else stream.sealed
-            if upto is not None and upto <= stream.saved:
+            if not final and not stream.waiting():
                 return  # another call handed them over meanwhile
             try:
-                stream.saved = await anyio.to_thread.run_sync(self._save_in_thread, stream, upto)
+                await anyio.to_thread.run_sync(self._save_in_thread, stream, final)
             except Exception:
                 log.warning("W&B monitor: cannot save files of %s", stream.directory, exc_info=True)
 
-    def _save_in_thread(self, stream: _Stream, upto: int | None) -> int:
-        """``run.save`` the chunks from ``stream.saved`` below ``upto`` (all when None, with
-        the index); returns the first chunk number not saved."""
+    def _save_in_thread(self, stream: _Stream, final: bool) -> None:
+        """``run.save`` each full chunk not saved yet whose file is final, in order (with
+        ``final``, the writer closed: every chunk left, and then the index), and note it in
+        ``stream.saved``.
+
+        A chunk's final file is its sealed one once that exists (it is renamed into place
+        whole, so it may be saved while the plain one is still being removed). Before
+        ``final`` a plain chunk is saved only without ``compress``: with it, the plain
+        chunk is about to be replaced, or (its seal failed) waits for the seal ``close``
+        tries again. At ``final`` a chunk still plain stays so: it is saved plain.
+        """
         run = self.run
         assert run is not None
-        chunks = [n for n in list_chunks(stream.directory) if n >= stream.saved]
-        if upto is not None:
-            chunks = [n for n in chunks if n < upto]
-        paths = [chunk_path(stream.directory, n) for n in chunks]
-        if upto is None and (stream.directory / INDEX_NAME).exists():
-            paths.append(stream.directory / INDEX_NAME)
-        for path in paths:
+        directory = stream.directory
+        if final:
+            listing = scan(directory)
+            sealed = set(listing.sealed)
+            chunks = [n for n in listing.chunks if n not in stream.saved]
+        else:
+            chunks = sorted(stream.unsaved)
+            sealed = {n for n in chunks if sealed_path(directory, n).exists()}
+        for n in chunks:
+            if n in sealed:
+                path = sealed_path(directory, n)
+            elif final or not self.compress:
+                path = chunk_path(directory, n)
+            else:
+                continue  # sealing in the background: a later call saves it
             # Literal file names (no glob metacharacters) under base_path=run.dir: W&B finds
             # them already in its files directory and just registers them.
             run.save(str(path), base_path=run.dir, policy="now")
-        return max(chunks, default=stream.saved - 1) + 1
+            stream.saved.add(n)
+            stream.unsaved.discard(n)
+        if final and (directory / INDEX_NAME).exists():
+            run.save(str(directory / INDEX_NAME), base_path=run.dir, policy="now")

@@ -4,12 +4,14 @@ every record (delivered, or lost with a reason), and a disk that fills up."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import logging
 import math
 import os
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,9 +20,13 @@ import anyio
 import numpy as np
 import orjson
 import pytest
+from streams import chunk_bytes
 
 from monitors import DeliveryStats, FileMonitor, TraceWriteError
+from monitors import file as file_module
 from monitors.traces import _writer, read_records
+from monitors.traces._layout import ROW_BYTES, chunk_path, list_chunks, scan, sealed_path
+from monitors.traces._sealed import seal as real_seal
 
 
 @pytest.fixture
@@ -111,6 +117,373 @@ async def test_unknown_kind_or_subset_is_refused(tmp_path: Path) -> None:
             await monitor.log_episodes([{"a": 1}], step=0, kind="test")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="subset"):
             await monitor.log_episodes([{"a": 1}], step=0, subset="some")  # type: ignore[arg-type]
+
+
+class FullDisk:
+    """``os.write`` as a disk with ``room`` bytes left: a write past it writes what fits,
+    then raises ENOSPC (as a real disk does on the call after a short write). ``room =
+    None``: space came back."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, room: int | None) -> None:
+        self.room = room
+        self.real = os.write
+        self.failed = 0
+        # monitors.file calls os.write through the os module: patch it there.
+        monkeypatch.setattr("monitors.file.os.write", self)
+
+    def __call__(self, fd: int, data: Any) -> int:
+        if self.room is None:
+            return self.real(fd, data)
+        if len(data) > self.room:
+            written = self.real(fd, bytes(data[: self.room])) if self.room else 0
+            self.room -= written
+            self.failed += 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.real(fd, data)
+
+
+def whole_lines(path: Path) -> list[dict[str, Any]]:
+    """The file's lines, each parsed; it must end with a newline (or be empty)."""
+    data = path.read_bytes()
+    assert data == b"" or data.endswith(b"\n"), data[-80:]
+    return [orjson.loads(line) for line in data.splitlines()]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("room", [0, 1, 17, 40])
+async def test_a_metrics_write_that_fails_part_way_leaves_whole_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, room: int
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    async with FileMonitor(tmp_path) as monitor:
+        await monitor.log_metrics({"loss": 1.0}, step=0)
+        before = path.read_bytes()
+        disk = FullDisk(monkeypatch, room)
+        with pytest.raises(TraceWriteError, match=str(path)) as info:
+            await monitor.log_metrics({"loss": 0.5, "note": "x" * 200}, step=1)
+        assert isinstance(info.value.__cause__, OSError)
+        assert info.value.__cause__.errno == errno.ENOSPC
+        assert disk.failed == 1
+        assert path.read_bytes() == before  # the part that was written is gone again
+        disk.room = None  # space is back: the next metric is a line of its own
+        await monitor.log_metrics({"loss": 0.25}, step=2)
+    lines = whole_lines(path)
+    assert [(m["step"], m["metrics"]) for m in lines] == [(0, {"loss": 1.0}), (2, {"loss": 0.25})]
+
+
+@pytest.mark.anyio
+async def test_short_writes_still_write_the_whole_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = os.write
+    calls: list[int] = []
+
+    def dribble(fd: int, data: Any) -> int:
+        calls.append(len(data))
+        return real(fd, bytes(data[:7]))  # the kernel may write less than asked
+
+    monkeypatch.setattr("monitors.file.os.write", dribble)
+    async with FileMonitor(tmp_path) as monitor:
+        await monitor.log_metrics({"loss": 1.0, "name": "a" * 50}, step=0)
+        await monitor.log_metrics({"loss": 2.0}, step=1)
+    assert len(calls) > 10
+    lines = whole_lines(tmp_path / "metrics.jsonl")
+    assert [m["metrics"]["loss"] for m in lines] == [1.0, 2.0]
+
+
+@pytest.mark.anyio
+async def test_a_partial_line_that_could_not_be_cut_is_mended_before_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    real_ftruncate = os.ftruncate
+
+    def refuse(fd: int, size: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    caplog.set_level(logging.WARNING, logger="monitors")
+    async with FileMonitor(tmp_path) as monitor:
+        await monitor.log_metrics({"loss": 1.0}, step=0)
+        disk = FullDisk(monkeypatch, 20)
+        monkeypatch.setattr("monitors.file.os.ftruncate", refuse)
+        with pytest.raises(TraceWriteError):
+            await monitor.log_metrics({"loss": 0.5}, step=1)
+        assert not path.read_bytes().endswith(b"\n")  # 20 bytes of a line left behind
+        assert "cannot cut a partial metrics line" in caplog.text
+        disk.room = None
+        monkeypatch.setattr("monitors.file.os.ftruncate", real_ftruncate)
+        await monitor.log_metrics({"loss": 0.25}, step=2)
+    assert [m["step"] for m in whole_lines(path)] == [0, 2]
+    assert "cut 20 bytes" in caplog.text
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "torn",
+    [
+        b'{"step":2,"time":1.5,"metr',  # a line cut short by a crash
+        b"x" * 200_000,  # a long one, longer than a block read from the end
+    ],
+)
+@pytest.mark.parametrize("whole", [0, 2])
+async def test_a_torn_tail_is_mended_on_the_first_metrics(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, torn: bytes, whole: int
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    earlier = b"".join(
+        orjson.dumps({"step": n, "time": 1.0, "metrics": {"loss": n}}) + b"\n" for n in range(whole)
+    )
+    path.write_bytes(earlier + torn)  # what a process killed mid-write leaves
+    caplog.set_level(logging.WARNING, logger="monitors")
+    async with FileMonitor(tmp_path) as monitor:
+        await monitor.log_metrics({"loss": 9.0}, step=whole)
+        await monitor.log_metrics({"loss": 10.0}, step=whole + 1)
+    assert [m["step"] for m in whole_lines(path)] == list(range(whole + 2))
+    assert path.read_bytes().startswith(earlier + b'{"step":' + str(whole).encode())
+    cuts = [r.getMessage() for r in caplog.records if "torn line" in r.getMessage()]
+    assert len(cuts) == 1, cuts
+    assert f"cut {len(torn)} bytes" in cuts[0]
+    assert str(path) in cuts[0]
+
+
+@pytest.mark.anyio
+async def test_a_whole_metrics_file_is_appended_to_as_it_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    earlier = b'{"step":0,"time":1.0,"metrics":{}}\n'
+    path.write_bytes(earlier)
+    caplog.set_level(logging.WARNING, logger="monitors")
+    async with FileMonitor(tmp_path) as monitor:
+        await monitor.log_metrics({"loss": 9.0}, step=1)
+    assert path.read_bytes().startswith(earlier)
+    assert [m["step"] for m in whole_lines(path)] == [0, 1]
+    assert "torn" not in caplog.text
+
+
+# -- start ---------------------------------------------------------------------------------
+
+
+def refusing_dir() -> Path:
+    """A real directory that refuses to have a file created in it, even to root (sysfs,
+    procfs): chmod cannot make one for uid 0. Which is found here is checked, not assumed."""
+    for candidate in (Path("/sys/kernel"), Path("/sys"), Path("/proc/self/fdinfo")):
+        probe = candidate / ".nodewise-test-probe"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError:
+            if candidate.is_dir():
+                return candidate
+            continue
+        os.close(fd)
+        probe.unlink()
+    raise AssertionError("no directory here refuses writes: this test needs /sys or /proc")
+
+
+@pytest.mark.anyio
+async def test_start_creates_the_root_and_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[threading.Thread] = []
+    real = file_module.ensure_writable_dir
+
+    def watched(root: Path) -> None:
+        threads.append(threading.current_thread())
+        real(root)
+
+    monkeypatch.setattr(file_module, "ensure_writable_dir", watched)
+    root = tmp_path / "a" / "b" / "run"
+    async with FileMonitor(root):
+        assert root.is_dir()
+        assert list(root.iterdir()) == []  # the probe file is gone
+    assert len(threads) == 1
+    assert threads[0] is not threading.main_thread()  # checked in a worker, not on the loop
+
+
+@pytest.mark.anyio
+async def test_start_refuses_a_root_it_cannot_write(tmp_path: Path) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    refusing = refusing_dir()
+    cases: list[tuple[Path, str]] = [
+        (a_file, "it is a file, not a directory"),
+        (a_file / "run", f"{a_file} is a file, not a directory"),
+        (a_file / "deeper" / "run", f"{a_file} is a file, not a directory"),
+        (refusing, "cannot create a file in it"),
+        (refusing / "nodewise-run", "cannot create it"),
+    ]
+    for root, why in cases:
+        monitor = FileMonitor(root)
+        with pytest.raises(TraceWriteError) as info:
+            await monitor.start()
+        message = str(info.value)
+        assert message.startswith(f"cannot write to {root}: "), message
+        assert why in message, message
+        assert isinstance(info.value.__cause__, OSError)
+        await monitor.finalize()
+    assert a_file.read_text() == "not a directory"
+
+
+@pytest.mark.anyio
+async def test_start_on_a_read_only_directory(tmp_path: Path) -> None:
+    """chmod 0o555 refuses an ordinary user; root writes there all the same, so as root the
+    check must pass and leave the directory as it found it."""
+    root = tmp_path / "ro"
+    root.mkdir()
+    root.chmod(0o555)
+    try:
+        monitor = FileMonitor(root)
+        if os.geteuid() != 0:
+            with pytest.raises(TraceWriteError, match="cannot create a file in it") as info:
+                await monitor.start()
+            assert str(root) in str(info.value)
+        else:
+            async with monitor:
+                pass
+        assert list(root.iterdir()) == []
+        assert root.stat().st_mode & 0o777 == 0o555
+    finally:
+        root.chmod(0o755)
+
+
+# -- options -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-1, 18, 2.0, "2", True])
+def test_float_decimals_is_checked_at_construction(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(ValueError, match="float_decimals"):
+        FileMonitor(tmp_path, float_decimals=bad)
+    for good in (None, 0, 17):
+        assert FileMonitor(tmp_path, float_decimals=good).float_decimals == good
+
+
+@pytest.mark.anyio
+async def test_float_decimals_rounds_on_disk_only(tmp_path: Path) -> None:
+    np_floats = np.array([0.123456789, 1.987654321])
+    record: dict[str, Any] = {
+        "reward": 0.987654321,
+        "logprobs": [-0.123456, -2.718281828, 3.0, 1e-9],
+        "nested": {"deep": [{"x": 1.005, "ints": [1, 2, 3]}], "text": "3.14159"},
+        "n": 7,
+        "np": np_floats,
+    }
+    kept = copy.deepcopy(record)
+    async with FileMonitor(tmp_path, float_decimals=2, option=orjson.OPT_SERIALIZE_NUMPY) as m:
+        await m.log_episodes([record], step=0)
+        await m.log_metrics({"loss": 0.123456}, step=0)  # metrics are written as they are
+    stream = m.stream_dir("train", "effective")
+    line = chunk_bytes(stream, 0)
+    assert b"0.987654321" not in line
+    assert b"2.718281828" not in line
+    (got,) = read_records(stream)
+    assert got == {
+        "reward": 0.99,
+        "logprobs": [-0.12, -2.72, 3.0, 0.0],
+        "nested": {"deep": [{"x": round(1.005, 2), "ints": [1, 2, 3]}], "text": "3.14159"},
+        "n": 7,
+        "np": [0.12, 1.99],
+    }
+    # The caller's record is untouched, down to the numpy array.
+    assert record.keys() == kept.keys()
+    assert {k: v for k, v in record.items() if k != "np"} == {
+        k: v for k, v in kept.items() if k != "np"
+    }
+    assert record["np"] is np_floats
+    assert np.array_equal(np_floats, kept["np"])
+    assert metrics_lines(tmp_path)[0]["metrics"] == {"loss": 0.123456}
+
+
+def stream_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+@pytest.mark.anyio
+async def test_compress_options_reach_every_stream(tmp_path: Path) -> None:
+    episodes = [{"n": n, "pad": "x" * 80} for n in range(3)]  # one chunk each
+    runs: dict[str, dict[str, Any]] = {
+        "default": {},
+        "plain": {"compress": False},
+        "live_left_plain": {"seal_on_finalize": False, "level": 19},
+    }
+    for name, options in runs.items():
+        async with FileMonitor(tmp_path / name, chunk_bytes=100, **options) as monitor:
+            for subset in ("all", "effective"):
+                await monitor.log_episodes(episodes, step=0, subset=subset)
+        for subset in ("all", "effective"):
+            stream = monitor.stream_dir("train", subset)  # type: ignore[arg-type]
+            assert list(read_records(stream)) == episodes
+            files = stream_files(stream)
+            if name == "default":
+                assert files == [
+                    "00000.jsonl.zst",
+                    "00001.jsonl.zst",
+                    "00002.jsonl.zst",
+                    "index.jsonl",
+                ]
+            elif name == "plain":
+                assert files == ["00000.jsonl", "00001.jsonl", "00002.jsonl", "index.jsonl"]
+            else:
+                assert files == ["00000.jsonl.zst", "00001.jsonl.zst", "00002.jsonl", "index.jsonl"]
+        assert {w.level for w in monitor._streams.values()} == {options.get("level", 3)}
+        assert monitor.stats() == DeliveryStats(6, 6, {})
+
+
+def failing_seal(monkeypatch: pytest.MonkeyPatch, fails: Callable[[int], bool]) -> list[int]:
+    """Make sealing chunk ``n`` fail as a full disk does while ``fails(n)``; returns the
+    chunks whose seal was tried, in order."""
+    tried: list[int] = []
+
+    def seal(directory: Path, chunk: int, **kwargs: Any) -> int:
+        tried.append(chunk)
+        if fails(chunk):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_seal(directory, chunk, **kwargs)
+
+    monkeypatch.setattr("monitors.traces._writer.seal", seal)
+    return tried
+
+
+@pytest.mark.anyio
+async def test_stats_count_chunks_whose_seal_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = [True]
+    tried = failing_seal(monkeypatch, lambda chunk: chunk == 1 and full[0])
+    episodes = [{"n": n, "pad": "x" * 80} for n in range(4)]  # one chunk each
+    monitor = FileMonitor(tmp_path, chunk_bytes=100)
+    await monitor.start()
+    await monitor.log_episodes(episodes, step=0)
+    await monitor.log_episodes([{"n": 4, "pad": "x" * 80}], step=1)  # waits for chunk 2's seal
+    stream = monitor.stream_dir("train", "effective")
+    assert monitor.stats() == DeliveryStats(5, 5, {}, {"seal_failed": 1})
+    assert "degraded={'seal_failed': 1}" in repr(monitor.stats())
+    # Chunk 1 left plain and readable; 4 is live, and 3 may still be sealing.
+    assert scan(stream).plain in ([1, 4], [1, 3, 4])
+    assert list(read_records(stream)) == [*episodes, {"n": 4, "pad": "x" * 80}]
+    full[0] = False  # space is back: finalize seals it after all
+    await monitor.finalize()
+    assert monitor.stats() == DeliveryStats(5, 5, {})
+    assert repr(monitor.stats()) == "DeliveryStats(submitted=5, delivered=5, lost={})"
+    assert scan(stream).plain == []
+    assert list_chunks(stream) == [0, 1, 2, 3, 4]
+    assert tried.count(1) == 2
+
+
+@pytest.mark.anyio
+async def test_a_seal_that_fails_for_good_stays_plain_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing_seal(monkeypatch, lambda chunk: chunk in (0, 2))
+    episodes = [{"n": n, "pad": "x" * 80} for n in range(3)]
+    async with FileMonitor(tmp_path, chunk_bytes=100) as monitor:
+        await monitor.log_episodes(episodes, step=0)
+    stream = monitor.stream_dir("train", "effective")
+    assert monitor.stats() == DeliveryStats(3, 3, {}, {"seal_failed": 2})  # 2: the live one
+    assert chunk_path(stream, 0).is_file()
+    assert sealed_path(stream, 1).is_file()
+    assert chunk_path(stream, 2).is_file()
+    assert list(read_records(stream)) == episodes
 
 
 # -- records ------------------------------------------------------------------------------
@@ -256,14 +629,23 @@ async def test_a_failed_fsync_is_raised_by_finalize_after_closing_every_stream(
     await monitor.start()
     episodes = [{"n": n, "pad": "x" * 80} for n in range(3)]  # one chunk each: two rolls
     for subset in ("all", "effective"):
-        await monitor.log_episodes(episodes, step=0, subset=subset)  # type: ignore[arg-type]
-    assert monitor.stats() == DeliveryStats(6, 6, {})
+        await monitor.log_episodes(episodes, step=0, subset=subset)
+    stats = monitor.stats()
+    assert (stats.submitted, stats.delivered, stats.lost) == (6, 6, {})
     with pytest.raises(TraceWriteError, match="Input/output error") as info:
         await monitor.finalize()
     assert "traces/train/all" in str(info.value)  # the first stream's error
     assert open_files_under(tmp_path) == []  # and the second stream was closed too
     for subset in ("all", "effective"):
         assert list(read_records(monitor.stream_dir("train", subset))) == episodes  # type: ignore[arg-type]
+    # A seal fsyncs what it wrote: with fsync failing every chunk stayed plain, and says so.
+    assert monitor.stats() == DeliveryStats(6, 6, {}, {"seal_failed": 6})
+    assert sorted(p.name for p in monitor.stream_dir("train", "all").iterdir()) == [
+        "00000.jsonl",
+        "00001.jsonl",
+        "00002.jsonl",
+        "index.jsonl",
+    ]
 
 
 # -- a disk that fills up -----------------------------------------------------------------
@@ -329,7 +711,7 @@ async def test_disk_full_raises_and_keeps_the_stream_readable(
             assert stats.submitted == 40
             assert stats.lost == {"write_error": 40 - stats.delivered}
             assert_accounted(stats)
-            assert (stream / "index.jsonl").stat().st_size == 160 * stats.delivered
+            assert (stream / "index.jsonl").stat().st_size == ROW_BYTES * stats.delivered
             for chunk in stream.glob("0*.jsonl"):
                 assert chunk.read_bytes().endswith(b"\n")
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from streams import chunk_bytes
 
 from monitors import DeliveryStats, FileMonitor, Monitor, Monitors
 from monitors.traces import read_records
@@ -275,5 +276,5 @@ async def test_other_options_reach_the_records(tmp_path: Path) -> None:
 
     async with FileMonitor(tmp_path, option=encoder.OPT_SORT_KEYS) as monitor:
         await monitor.log_episodes([{"b": 1, "a": {"d": 2, "c": 3}}], step=0)
-    chunk = tmp_path / "traces" / "train" / "effective" / "00000.jsonl"
-    assert chunk.read_bytes() == b'{"a":{"c":3,"d":2},"b":1}\n'
+    stream = tmp_path / "traces" / "train" / "effective"
+    assert chunk_bytes(stream, 0) == b'{"a":{"c":3,"d":2},"b":1}\n'

@@ -13,14 +13,17 @@ wandb 0.19.11 it yields exactly the records that version's ``DataStore.scan_data
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
 import random
 import re
+import shutil
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -30,14 +33,18 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+import pyzstd
 import wandb
+from test_file_monitor import failing_seal, refusing_dir
 from wandb.proto import wandb_internal_pb2 as pb
 from witness import lag_within, own_ms, witnesses
 
 from monitors import DeliveryStats, LoopLagProbe, MonitorError, WandbMonitor
+from monitors.records import Subset
 from monitors.testing.episodes import EpisodeMaker
 from monitors.traces import read_records
-from monitors.traces._layout import list_chunks
+from monitors.traces._layout import list_chunks, sealed_path
+from monitors.traces._sealed import seal as real_seal
 
 
 @pytest.fixture
@@ -244,11 +251,14 @@ async def test_offline_run_holds_every_step_and_every_episode(
         }
         assert row == want, f"step {step}"
 
-    # Every chunk and the index registered for upload, once each, with policy "now"; the
-    # sealed chunks while the run went on, before its last steps were logged.
+    # Every chunk (sealed: no plain copy) and the index registered for upload, once each,
+    # with policy "now"; the sealed chunks while the run went on, before its last steps were
+    # logged.
     saved = saved_files(records)
     ours = [(p, policy) for p, policy in saved if p.startswith("traces/")]
-    names = [f"traces/train/all/{n:05d}.jsonl" for n in chunks] + ["traces/train/all/index.jsonl"]
+    names = [f"traces/train/all/{n:05d}.jsonl.zst" for n in chunks]
+    names.append("traces/train/all/index.jsonl")
+    assert sorted(p.name for p in stream.iterdir()) == [Path(name).name for name in names]
     assert ours == [(name, pb.FilesItem.NOW) for name in names]
     position = {id(r): i for i, r in enumerate(records)}
     first_save = next(
@@ -382,7 +392,8 @@ class Broken:
 
 @pytest.mark.anyio
 async def test_accounting_rolling_saving_and_finalize(tmp_path: Path) -> None:
-    monitor = WandbMonitor(project="p", dir=tmp_path / "elsewhere", chunk_bytes=100)
+    # Plain chunks (compress=False): each saved as soon as the stream rolls past it.
+    monitor = WandbMonitor(project="p", dir=tmp_path / "elsewhere", chunk_bytes=100, compress=False)
     await monitor.start()
     assert monitor.run is not None
     files = Path(monitor.run.dir)
@@ -414,6 +425,7 @@ async def test_accounting_rolling_saving_and_finalize(tmp_path: Path) -> None:
 
     assert list(read_records(train)) == episodes
     assert list(read_records(eval_all)) == [{"n": 6}]
+    assert not list(files.rglob("*.zst"))
     _, records = offline_run(monitor)
     ours = [(p, policy) for p, policy in saved_files(records) if p.startswith("traces/")]
     # Chunks 0-3 sealed during the first call and saved right after it; the rest at finalize.
@@ -464,3 +476,190 @@ async def test_a_slow_run_log_neither_blocks_nor_reorders(monkeypatch: pytest.Mo
     assert list(rows)[:30] == list(range(30))
     assert all(row == {"v": step} for step, row in rows.items())
     assert len(rows) == stats.delivered
+
+
+# -- sealed chunks -----------------------------------------------------------------------
+
+
+def traces_saved(monitor: WandbMonitor) -> list[str]:
+    """The ``traces/`` files the run registered for upload, in order; each with policy
+    "now"."""
+    _, records = offline_run(monitor)
+    ours = [(p, policy) for p, policy in saved_files(records) if p.startswith("traces/")]
+    assert {policy for _, policy in ours} <= {pb.FilesItem.NOW}
+    return [p for p, _ in ours]
+
+
+def download(files: Path, names: list[str], to: Path) -> Path:
+    """What downloading these run files gives: copies under ``to``, paths kept."""
+    for name in names:
+        target = to / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(files / name, target)
+    return to
+
+
+def spy_on_saves(monitor: WandbMonitor, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files ``run.save`` is called with, as it is called."""
+    assert monitor.run is not None
+    real_save = monitor.run.save
+    names: list[str] = []
+
+    def save(path: str, base_path: str | None = None, policy: Any = "live") -> Any:
+        names.append(Path(path).name)
+        return real_save(path, base_path=base_path, policy=policy)
+
+    monkeypatch.setattr(monitor.run, "save", save)
+    return names
+
+
+@pytest.mark.anyio
+async def test_sealed_chunks_and_the_index_are_saved_and_read_back(tmp_path: Path) -> None:
+    subsets: tuple[Subset, ...] = ("all", "effective")
+    episodes: dict[str, list[dict[str, Any]]] = {
+        subset: [
+            {"n": n, "subset": subset, "logprobs": [-0.123456 * n, 1.0 / 3], "pad": "x" * 150}
+            for n in range(12)
+        ]
+        for subset in subsets
+    }
+    kept = copy.deepcopy(episodes)
+    async with WandbMonitor(project="p", chunk_bytes=500, float_decimals=3) as monitor:
+        for step in range(4):
+            for subset in subsets:
+                batch = episodes[subset][3 * step : 3 * step + 3]
+                await monitor.log_episodes(batch, step=step, subset=subset)
+    assert episodes == kept  # rounded on disk only
+    assert monitor.stats() == DeliveryStats(24, 24, {})
+    assert monitor.run is not None
+    files = Path(monitor.run.dir)
+    saved = traces_saved(monitor)
+    assert len(saved) == len(set(saved))  # each once
+    for subset in subsets:
+        stream = monitor.stream_dir("train", subset)
+        chunks = list_chunks(stream)
+        assert len(chunks) >= 4
+        names = [f"traces/train/{subset}/{n:05d}.jsonl.zst" for n in chunks]
+        names.append(f"traces/train/{subset}/index.jsonl")
+        # In order within the stream, no plain chunk, the index last.
+        assert [p for p in saved if p.startswith(f"traces/train/{subset}/")] == names
+        assert sorted(p.name for p in stream.iterdir()) == [Path(n).name for n in names]
+        # Read back from what a download of the saved files gives.
+        got = list(read_records(download(files, names, tmp_path / "dl") / "traces/train" / subset))
+        want = [{**e, "logprobs": [round(-0.123456 * e["n"], 3), 0.333]} for e in episodes[subset]]
+        assert got == want
+        # And with any zstd reader: the chunks, decompressed in order, are the JSON lines.
+        lines = b"".join(pyzstd.decompress((files / n).read_bytes()) for n in names[:-1])
+        assert [orjson.loads(line) for line in lines.splitlines()] == want
+
+
+@pytest.mark.anyio
+async def test_a_chunk_is_saved_once_sealed_never_while_plain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+
+    def held_seal(directory: Path, chunk: int, **kwargs: Any) -> int:
+        if chunk == 0:
+            assert release.wait(30), "never released"
+        return real_seal(directory, chunk, **kwargs)
+
+    monkeypatch.setattr("monitors.traces._writer.seal", held_seal)
+    episodes = [{"n": n, "pad": "x" * 80} for n in range(3)]  # one chunk each
+    monitor = WandbMonitor(project="p", dir=tmp_path / "w", chunk_bytes=100)
+    await monitor.start()
+    try:
+        saves = spy_on_saves(monitor, monkeypatch)
+        stream = monitor.stream_dir("train", "effective")
+        await monitor.log_episodes(episodes[:1], step=0)
+        await monitor.log_episodes(episodes[1:2], step=1)  # rolls: chunk 0 is being sealed
+        assert saves == []  # its plain file is about to be replaced: not saved
+        release.set()
+        with anyio.fail_after(10):
+            while not sealed_path(stream, 0).exists():
+                await anyio.sleep(0.01)
+        assert saves == []  # nothing saves it before the next call
+        await monitor.log_episodes(episodes[2:], step=2)
+        assert saves[:1] == ["00000.jsonl.zst"]
+    finally:
+        release.set()
+        await monitor.finalize()
+    assert saves == ["00000.jsonl.zst", "00001.jsonl.zst", "00002.jsonl.zst", "index.jsonl"]
+    assert traces_saved(monitor) == [f"traces/train/effective/{name}" for name in saves]
+    assert list(read_records(stream)) == episodes
+
+
+@pytest.mark.anyio
+async def test_a_chunk_whose_seal_failed_is_saved_plain_at_finalize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing_seal(monkeypatch, lambda chunk: chunk == 1)  # a full disk, for that chunk only
+    episodes = [{"n": n, "pad": "x" * 80} for n in range(4)]  # one chunk each
+    monitor = WandbMonitor(project="p", dir=tmp_path / "w", chunk_bytes=100)
+    await monitor.start()
+    try:
+        saves = spy_on_saves(monitor, monkeypatch)
+        await monitor.log_episodes(episodes[:3], step=0)
+        await monitor.log_episodes(episodes[3:], step=1)
+        assert "00001.jsonl" not in saves  # it may yet be sealed: not saved before finalize
+        assert monitor.stats() == DeliveryStats(4, 4, {}, {"seal_failed": 1})
+    finally:
+        await monitor.finalize()
+    stream = monitor.stream_dir("train", "effective")
+    assert sorted(saves) == [
+        "00000.jsonl.zst",
+        "00001.jsonl",
+        "00002.jsonl.zst",
+        "00003.jsonl.zst",
+        "index.jsonl",
+    ]
+    assert saves[-1] == "index.jsonl"
+    assert sorted(p.name for p in stream.iterdir()) == sorted(saves)
+    assert sorted(traces_saved(monitor)) == [f"traces/train/effective/{n}" for n in sorted(saves)]
+    assert list(read_records(stream)) == episodes
+    assert monitor.stats() == DeliveryStats(4, 4, {}, {"seal_failed": 1})
+
+
+@pytest.mark.anyio
+async def test_seal_on_finalize_false_saves_the_live_chunk_plain(tmp_path: Path) -> None:
+    episodes = [{"n": n, "pad": "x" * 80} for n in range(3)]
+    async with WandbMonitor(
+        project="p", dir=tmp_path / "w", chunk_bytes=100, seal_on_finalize=False, level=1
+    ) as monitor:
+        await monitor.log_episodes(episodes, step=0)
+    names = ["00000.jsonl.zst", "00001.jsonl.zst", "00002.jsonl", "index.jsonl"]
+    assert traces_saved(monitor) == [f"traces/train/effective/{n}" for n in names]
+    assert list(read_records(monitor.stream_dir("train", "effective"))) == episodes
+
+
+@pytest.mark.parametrize("bad", [-1, 18, 1.5, "3", True])
+def test_float_decimals_is_checked_at_construction(bad: Any) -> None:
+    with pytest.raises(ValueError, match="float_decimals"):
+        WandbMonitor(project="p", float_decimals=bad)
+    assert WandbMonitor(project="p", float_decimals=0).float_decimals == 0
+
+
+@pytest.mark.anyio
+async def test_start_refuses_a_dir_it_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inits: list[Any] = []
+    monkeypatch.setattr(wandb, "init", lambda *a, **k: inits.append(k))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    refusing = refusing_dir()
+    cases = [
+        (a_file, "it is a file, not a directory"),
+        (a_file / "runs", f"{a_file} is a file, not a directory"),
+        (refusing, "cannot create a file in it"),
+        (refusing / "runs", "cannot create it"),
+    ]
+    for path, why in cases:
+        monitor = WandbMonitor(project="p", dir=path)
+        with pytest.raises(MonitorError) as info:
+            await monitor.start()
+        message = str(info.value)
+        assert f"dir={path}: " in message, message
+        assert why in message, message
+        await monitor.finalize()
+    assert inits == []  # refused before wandb.init
