@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
@@ -31,6 +33,8 @@ DEFAULT_CHUNK_BYTES = 5 * 2**30
 #: Encoded bytes handed to the worker thread at once, and how many such batches may wait.
 _BATCH_BYTES = 1 << 20
 _BATCHES_IN_FLIGHT = 2
+#: The nice value of the thread that fsyncs and seals a chunk (see ``_in_background``).
+_BACKGROUND_NICE = 19
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -198,9 +202,9 @@ class TraceWriter:
                 self._data_fd = self._index_fd = -1
                 if self.compress and was_open:
                     last = [self._chunk] if self.seal_on_close and self._size else []
-                    await anyio.to_thread.run_sync(
-                        self._seal_all, sorted(self.seal_failures) + last
-                    )
+                    chunks = sorted(self.seal_failures) + last
+                    self._in_background(lambda: self._seal_all(chunks), "seal")
+                    await self._settle()
             errors, self._sync_errors = self._sync_errors, []
             if errors:
                 raise TraceWriteError(
@@ -226,8 +230,17 @@ class TraceWriter:
                 self.seal_failures.discard(chunk)
 
     def _in_background(self, job: Callable[[], None], what: str) -> None:
-        """Run ``job`` in a thread of its own; ``_settle`` waits for it."""
-        self._syncing = threading.Thread(target=job, name=f"nodewise-{what}", daemon=True)
+        """Run ``job`` in a thread of its own, at the lowest CPU priority where threads have
+        their own (Linux): on two cores a seal takes one whole, and the loop's thread must
+        win any contest for a core; ``_settle`` waits for it (docs/design.md D9)."""
+
+        def run() -> None:
+            if sys.platform == "linux":
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _BACKGROUND_NICE)
+            job()
+
+        self._syncing = threading.Thread(target=run, name=f"nodewise-{what}", daemon=True)
         self._syncing.start()
 
     def _sync_and_close(self, fd: int) -> None:
