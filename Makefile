@@ -49,6 +49,7 @@ pytest-quick: $(VENV)/.synced
 bench: $(VENV)/.synced
 	$(RUN) -m bench
 	$(RUN) -m bench.file_monitor
+	$(RUN) -m bench.seal
 	$(RUN) -m bench.prime_monitor
 	$(RUN) -m bench.production
 	$(RUN) -m bench.adversarial
