@@ -731,3 +731,44 @@ def test_a_line_that_is_not_one_value_is_refused_through_ijson_too(
     with pytest.raises(TraceFormatError):
         list(TraceReader(tmp_path, big_line=2))
     assert list(TraceReader(tmp_path, on_error="skip", big_line=2)) == [{"next": 1}]
+
+
+# -- sealing in the background --------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_seals_run_at_the_lowest_priority_and_one_chunk_waits_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import monitors.traces._writer as writer_module
+
+    real_seal = writer_module.seal
+    release = threading.Event()
+    nice: list[int] = []
+    sealing: list[int] = []
+
+    def held_seal(directory: Path, chunk: int, **kwargs: Any) -> int:
+        nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        sealing.append(chunk)
+        release.wait(timeout=30)
+        return real_seal(directory, chunk, **kwargs)
+
+    monkeypatch.setattr(writer_module, "seal", held_seal)
+    values = [make_record(n, 900) for n in range(3)]
+    async with TraceWriter(tmp_path, chunk_bytes=1000) as writer:
+        await writer.append(values[0])
+        await writer.append(values[1])  # rolls: chunk 0 is being sealed, and held
+        with anyio.fail_after(5):
+            while not sealing:
+                await anyio.sleep(0.01)
+        # The next roll waits for that seal: the third append does not return meanwhile.
+        async with anyio.create_task_group() as group:
+            group.start_soon(writer.append, values[2])
+            await anyio.sleep(0.3)
+            assert writer.records == 2
+            assert sealing == [0]
+            release.set()
+        assert writer.records == 3
+    assert sealing == [0, 1, 2]  # the last one at close
+    assert nice == [19, 19, 19] if os.uname().sysname == "Linux" else len(nice) == 3
+    assert dumps_all(read_records(tmp_path)) == dumps_all(values)
