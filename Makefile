@@ -76,6 +76,7 @@ docs-data: $(VENV)/.synced
 	mv docs/data/adversarial.md.tmp docs/data/adversarial.md
 	$(RUN) -m bench.file_monitor --quick > docs/data/file_monitor.md.tmp
 	mv docs/data/file_monitor.md.tmp docs/data/file_monitor.md
+	$(RUN) -m bench.seal --md docs/data/seal.md
 	$(RUN) -m bench.prime_monitor > docs/data/prime_monitor.md.tmp
 	mv docs/data/prime_monitor.md.tmp docs/data/prime_monitor.md
 	$(RUN) docs/record_lag.py

@@ -65,7 +65,8 @@ async def awrite_jsonl(records: Iterable[Any], path: str | os.PathLike[str]) -> 
 
 
 async def write_trace(records: Iterable[Any], directory: str | os.PathLike[str]) -> int:
-    """A trace stream: chunk files that roll at ``chunk_bytes``, an index, crash recovery."""
+    """A trace stream: chunk files that roll at ``chunk_bytes`` and are sealed with zstd, an
+    index, crash recovery."""
     skipped = 0
     async with TraceWriter(directory, chunk_bytes=1 << 30) as stream:
         for step, record in enumerate(records):

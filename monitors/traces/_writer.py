@@ -18,7 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 import encoder
 
-from ..errors import TraceWriteError
+from ..errors import TraceFormatError, TraceWriteError
 from ..records import check_float_decimals, line_option
 from ._layout import INDEX_NAME, ROW_BYTES, IndexRow, chunk_path, encode_row, row_for_id
 from ._recovery import Recovery, recover
@@ -150,7 +150,9 @@ class TraceWriter:
         ``append`` opens it too; ``async with`` opens and closes it.
 
         :returns: What reopening found and mended.
-        :raises TraceWriteError: The stream is closed, or its files cannot be opened.
+        :raises TraceWriteError: The stream is closed, or its files cannot be opened: the
+            directory holds a file that is no part of a stream, or a sealed chunk without
+            an intact seek table (the message names it).
         """
         async with self._lock:
             return await self._open()
@@ -168,7 +170,7 @@ class TraceWriter:
             self._data_fd = await anyio.to_thread.run_sync(
                 os.open, chunk_path(self.directory, found.chunk), os.O_WRONLY | os.O_APPEND
             )
-        except OSError as exc:
+        except (OSError, TraceFormatError) as exc:  # a stray file, a damaged seek table
             raise TraceWriteError(f"cannot open trace stream {self.directory}: {exc}") from exc
         if found.mended:
             log.warning("trace stream %s was mended on reopening: %s", self.directory, found)
@@ -218,7 +220,7 @@ class TraceWriter:
         for chunk in chunks:
             try:
                 seal(self.directory, chunk, level=self.level, fsync=self.fsync)
-            except OSError as exc:
+            except Exception as exc:  # a full disk, mostly: the plain chunk is as it was
                 log.error(
                     "trace stream %s: cannot seal chunk %d, left plain (readable): %s",
                     self.directory,
