@@ -727,3 +727,20 @@ async def test_disk_full_raises_and_keeps_the_stream_readable(
         finally:
             await monitor.finalize()
         assert list(read_records(stream)) == got
+
+
+@pytest.mark.anyio
+async def test_a_stream_directory_holding_a_stray_file_loses_its_episodes_as_write_errors(
+    tmp_path: Path,
+) -> None:
+    async with FileMonitor(tmp_path) as monitor:
+        stream = monitor.stream_dir("train", "all")
+        stream.mkdir(parents=True)
+        (stream / "notes.txt").write_text("not a chunk\n")
+        with pytest.raises(TraceWriteError, match=r"notes\.txt") as caught:
+            await monitor.log_episodes([{"id": "a"}, {"id": "b"}], step=0, subset="all")
+        assert type(caught.value.__cause__).__name__ == "TraceFormatError"
+        assert monitor.stats() == DeliveryStats(2, 0, {"write_error": 2})
+        await monitor.log_episodes([{"id": "c"}], step=0, subset="effective")  # others go on
+    assert [r["id"] for r in read_records(monitor.stream_dir("train", "effective"))] == ["c"]
+    assert (stream / "notes.txt").read_text() == "not a chunk\n"
