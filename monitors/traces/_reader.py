@@ -453,6 +453,8 @@ def read_at(directory: str | os.PathLike[str], row: IndexRow, *, what: str) -> A
             with open_chunk(root, row.chunk) as f:
                 f.seek(row.offset)
                 data = f.read(row.length)
+                while len(data) < row.length and (more := f.read(row.length - len(data))):
+                    data += more
             if len(data) != row.length or not data.endswith(b"\n"):
                 raise ValueError("the index points past the data")
             span.data = data[:-1]

@@ -30,7 +30,7 @@ from ._layout import (
     sealed_path,
     sealing_path,
 )
-from ._sealed import SealedChunk, open_chunk
+from ._sealed import DamagedFrame, SealedChunk, open_chunk
 
 log = logging.getLogger("monitors.traces")
 
@@ -263,7 +263,15 @@ def recover(directory: Path) -> Recovery:
         if chunk < start_chunk:
             continue
         begin = start if chunk == start_chunk else 0
-        for offset, length in _line_spans(open_chunk(directory, chunk), begin, sizes[chunk]):
+        try:
+            spans = _line_spans(open_chunk(directory, chunk), begin, sizes[chunk])
+        except DamagedFrame as exc:
+            raise TraceFormatError(
+                f"cannot rebuild the index rows of a sealed chunk: {exc}",
+                chunk=exc.path.name,
+                offset=exc.start,
+            ) from exc
+        for offset, length in spans:
             rebuilt.append(IndexRow(chunk, offset, length))
     if rebuilt:
         with open(index, "ab") as f:

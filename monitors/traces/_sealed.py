@@ -138,16 +138,26 @@ class SealedChunk:
         self._frame, self._data = frame, data
 
     def read(self, n: int = -1) -> bytes:
-        """Up to ``n`` bytes (all that is left when negative) from the current position.
+        """Up to ``n`` bytes (all that is left when negative) from the current position;
+        fewer when a damaged frame follows the sound bytes read (the next read raises).
 
-        :raises DamagedFrame: A frame they span is damaged (the position is then past it).
+        :raises DamagedFrame: The frame at the current position is damaged (the position is
+            then past it).
         """
         left = self.size - self._pos if n < 0 else min(n, self.size - self._pos)
-        parts = []
+        parts: list[bytes] = []
         while left > 0:
             frame = bisect.bisect_right(self._d, self._pos) - 1
             if frame != self._frame:
-                self._load(frame)
+                try:
+                    self._load(frame)
+                except DamagedFrame:
+                    if not parts:
+                        raise
+                    # A short read: the bytes before the damaged frame are sound; the next
+                    # read raises.
+                    self._pos = self._d[frame]
+                    break
             at = self._pos - self._d[frame]
             part = self._data[at : at + left]
             parts.append(part)
