@@ -740,9 +740,8 @@ def test_a_line_that_is_not_one_value_is_refused_through_ijson_too(
 async def test_seals_run_at_the_lowest_priority_and_one_chunk_waits_at_most(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import monitors.traces._writer as writer_module
+    from monitors.traces._sealed import seal as real_seal
 
-    real_seal = writer_module.seal
     release = threading.Event()
     nice: list[int] = []
     sealing: list[int] = []
@@ -753,7 +752,7 @@ async def test_seals_run_at_the_lowest_priority_and_one_chunk_waits_at_most(
         release.wait(timeout=30)
         return real_seal(directory, chunk, **kwargs)
 
-    monkeypatch.setattr(writer_module, "seal", held_seal)
+    monkeypatch.setattr("monitors.traces._writer.seal", held_seal)
     values = [make_record(n, 900) for n in range(3)]
     async with TraceWriter(tmp_path, chunk_bytes=1000) as writer:
         await writer.append(values[0])

@@ -1,24 +1,37 @@
-"""A writer process killed with SIGKILL mid-append: the stream reads back every completed record,
-intact and in order, never a torn one; reopening mends it and appending goes on."""
+"""A writer process killed with SIGKILL mid-append or mid-seal: the stream reads back every
+completed record, intact and in order, never a torn one; reopening mends it (a seal cut short
+is finished or undone, chunks left plain are sealed) and appending goes on."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Literal
 
 import anyio
 import orjson
 import pytest
+import pyzstd
+from streams import chunk_bytes
 
 from monitors.traces import TraceReader, TraceWriter, read_record, read_row
-from monitors.traces._layout import INDEX_NAME, ROW_BYTES, chunk_path, list_chunks
+from monitors.traces._layout import (
+    INDEX_NAME,
+    ROW_BYTES,
+    chunk_path,
+    list_chunks,
+    scan,
+    sealed_path,
+)
 
 HELPER = Path(__file__).parent / "helpers" / "trace_crash_writer.py"
 CHUNK_BYTES = 8 << 20
@@ -62,7 +75,7 @@ def _run_and_kill(directory: Path, completions: int, delay: float) -> tuple[int,
     """Start the writer, let it complete ``completions`` appends, SIGKILL it ``delay``
     seconds later. Return (records it found when opening, last n it printed)."""
     proc = subprocess.Popen(
-        [sys.executable, str(HELPER), str(directory), str(CHUNK_BYTES)],
+        [sys.executable, str(HELPER), str(directory), str(CHUNK_BYTES), "plain"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -128,10 +141,10 @@ def test_sigkill_mid_append_loses_only_the_record_being_written(tmp_path: Path) 
     chunks = list_chunks(directory)
     assert len(chunks) >= 2, "the writer never rolled to a new chunk"
     for c in chunks[:-1]:
-        assert chunk_path(directory, c).read_bytes().endswith(b"\n")
+        assert chunk_bytes(directory, c).endswith(b"\n")
 
     async def reopen_and_append() -> None:
-        async with TraceWriter(directory, chunk_bytes=CHUNK_BYTES) as writer:
+        async with TraceWriter(directory, chunk_bytes=CHUNK_BYTES, compress=False) as writer:
             recovery = writer.recovery
             assert recovery is not None
             assert recovery.records == writer.records == total
@@ -152,3 +165,150 @@ def test_sigkill_mid_append_loses_only_the_record_being_written(tmp_path: Path) 
         data = chunk_path(directory, row.chunk).read_bytes()[row.offset : row.end]
         assert data == orjson.dumps(helper.record(i)) + b"\n"
     assert os.path.getsize(chunk_path(directory, list_chunks(directory)[-1])) > 0
+
+
+# -- killed while sealing ------------------------------------------------------------------
+
+SEEDS = [1, 2, 3, 4]
+
+
+def _mid_seal(directory: Path) -> bool:
+    """Whether a seal is under way: a ``.sealing`` file is being written."""
+    try:
+        return any(name.endswith(".sealing") for name in os.listdir(directory))
+    except FileNotFoundError:
+        return False
+
+
+def _renamed(directory: Path) -> bool:
+    """Whether a seal is about to end: the sealed file is in place, the plain one is not yet
+    unlinked (while the directory is fsynced)."""
+    listing = scan(directory)
+    return bool(set(listing.plain) & set(listing.sealed))
+
+
+#: When to kill: "sealing" a few ms after a .sealing file appears; "renamed" as soon as a
+#: chunk is both plain and sealed (a window of a directory fsync: where fsync costs nothing,
+#: as on tmpfs, it may never be seen, and the kill comes after 5 s); "random" a random delay
+#: after a random number of appends.
+KillAt = Literal["sealing", "renamed", "random"]
+
+
+def _run_sealed_and_kill(directory: Path, rng: random.Random, at: KillAt) -> int:
+    """Start the writer with sealing on and SIGKILL it ``at`` some moment; return the last n
+    it printed (-1 when none)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(HELPER), str(directory), str(CHUNK_BYTES), "sealed"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    lines: list[str] = []
+    try:
+        if at == "random":
+            lines = _read_lines(proc, rng.randint(1, 12), timeout=60)
+            time.sleep(rng.uniform(0, 0.25))
+        else:
+            seen = _mid_seal if at == "sealing" else _renamed
+            start = time.monotonic()
+            while not seen(directory):
+                if proc.poll() is not None or time.monotonic() > start + 60:
+                    pytest.fail(f"the writer never sealed a chunk (exit status {proc.poll()})")
+                if at == "renamed" and time.monotonic() > start + 5:
+                    break
+                time.sleep(0.0002)
+            if at == "sealing":
+                time.sleep(rng.uniform(0, 0.003))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        words = " ".join(lines).split() + proc.stdout.read().decode().split()
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL, err
+    # "open N", then the n of each append that returned.
+    assert words[:1] == ["open"], words
+    opened = int(words[1])
+    printed = [int(x) for x in words[2:]]
+    assert printed == list(range(opened, opened + len(printed))), words
+    return printed[-1] if printed else opened - 1
+
+
+def _reopen_and_append(directory: Path, count: int, torn: int) -> bool:
+    """Reopen the killed stream (``count`` records, a torn tail of ``torn`` bytes), check
+    what recovery settled, append ``record(count)`` and close (sealing the rest). Return
+    whether the kill had cut a seal short."""
+    before = scan(directory)
+    pairs = sorted(set(before.plain) & set(before.sealed))
+    for c in before.sealing:  # never renamed into place: the plain chunk is still there
+        assert c in before.plain, before
+    for c in pairs:  # renamed into place whole, the plain one not yet unlinked
+        sealed = pyzstd.decompress(sealed_path(directory, c).read_bytes())
+        assert sealed == chunk_path(directory, c).read_bytes(), c
+    plain = set(before.plain) - set(pairs)
+    last = before.chunks[-1]
+    appends_in = last if last in plain else last + 1
+    unsealed = sorted(plain - {appends_in})
+
+    async def reopen() -> None:
+        async with TraceWriter(directory, chunk_bytes=CHUNK_BYTES) as writer:
+            recovery = writer.recovery
+            assert recovery is not None
+            assert recovery.records == writer.records == count
+            assert recovery.torn_bytes == torn
+            assert recovery.seals_undone == len(before.sealing)
+            assert recovery.seals_finished == len(pairs)
+            assert recovery.chunk == appends_in
+            assert recovery.unsealed == unsealed
+            # Settled before open() returned; only the chunks left plain are being sealed.
+            now = scan(directory)
+            assert set(now.sealing) <= set(unsealed), now
+            assert set(now.plain) & set(now.sealed) <= set(unsealed), now
+            row = await writer.append(helper.record(count), step=count)
+            assert row.chunk >= appends_in  # or the next one, when it does not fit
+            assert writer.seal_failures == set()
+        assert writer.seal_failures == set()
+
+    anyio.run(reopen)
+    after = scan(directory)
+    assert (after.plain, after.sealing) == ([], []), after  # every chunk sealed on close
+    assert after.sealed == list(range(len(after.sealed)))
+    return bool(before.sealing or pairs)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sigkill_while_sealing_loses_nothing_and_reopening_mends(tmp_path: Path, seed: int) -> None:
+    """A writer with 8 MiB chunks is sealing one most of the time: SIGKILL it while a seal
+    writes its .sealing file, just after one renamed it into place, and at a random moment
+    (then again mid-seal until a kill has cut a seal short); every record that completed
+    reads back once, in order, intact, from plain and sealed chunks alike; reopening
+    finishes or undoes the seal cut short, seals what was left plain, and appending goes
+    on."""
+    rng = random.Random(seed)
+    directory = tmp_path / "stream"
+    total = 0
+    kills = cut_short = 0
+    plan: list[KillAt] = ["sealing", "renamed", "random"]
+    try:
+        while kills < len(plan) or (not cut_short and kills < len(plan) + 3):
+            at = plan[kills] if kills < len(plan) else "sealing"
+            last = _run_sealed_and_kill(directory, rng, at)
+            kills += 1
+            count, torn = _check_unmended(directory, last)
+            assert count >= total  # nothing from before is lost
+            cut_short += _reopen_and_append(directory, count, torn)
+            total = count + 1
+            reader = TraceReader(directory)
+            for n, value in enumerate(reader):
+                assert orjson.dumps(value) == orjson.dumps(helper.record(n)), n
+            assert reader.records == total
+            assert (reader.skipped, reader.torn_tail_bytes) == (0, 0)
+            assert (directory / INDEX_NAME).stat().st_size == total * ROW_BYTES
+            for n in (0, total // 2, total - 1):
+                assert read_record(directory, n)["n"] == n
+        assert cut_short, f"none of {kills} kills came in the middle of a seal"
+        assert len(list_chunks(directory)) >= 3
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)  # a few hundred MB

@@ -1,7 +1,8 @@
 """Append deterministic records to a trace stream until killed (used by test_traces_crash.py).
 
-``python trace_crash_writer.py DIR [CHUNK_BYTES]``: reopens the stream (mending what an earlier
-kill left), prints ``open <records>`` and then, after each append returns, the record's ``n``.
+``python trace_crash_writer.py DIR [CHUNK_BYTES [plain|sealed]]``: reopens the stream (mending
+what an earlier kill left), prints ``open <records>`` and then, after each append returns, the
+record's ``n``. With ``sealed``, full chunks are sealed in the background as they roll.
 Record ``n`` is always ``record(n)``, so a reader can check every record it finds.
 """
 
@@ -33,8 +34,8 @@ def record(n: int) -> dict[str, Any]:
     }
 
 
-async def main(directory: str, chunk_bytes: int) -> None:
-    async with TraceWriter(directory, chunk_bytes=chunk_bytes) as writer:
+async def main(directory: str, chunk_bytes: int, compress: bool) -> None:
+    async with TraceWriter(directory, chunk_bytes=chunk_bytes, compress=compress) as writer:
         n = writer.records
         print(f"open {n}", flush=True)
         while True:
@@ -44,4 +45,5 @@ async def main(directory: str, chunk_bytes: int) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 8 << 20)
+    chunk_bytes = int(sys.argv[2]) if len(sys.argv) > 2 else 8 << 20
+    anyio.run(main, sys.argv[1], chunk_bytes, sys.argv[3:] == ["sealed"])
