@@ -33,8 +33,8 @@ __all__ = [
 
 #: Input bytes per zstd frame: what reading one record decompresses at least.
 FRAME_BYTES = 4 << 20
-#: zstd's level for sealing: 4.8-7x on episodes in verifiers' schema at ~250 MB/s a core;
-#: level 1 is a third faster for a third more disk, level 6 half as fast for 7% less
+#: zstd's level for sealing: 4.8-7x on episodes in verifiers' schema at ~230 MB/s a core;
+#: level 1 is ~40% faster for ~40% more disk, level 6 takes 2.4x the CPU for 7% less
 #: (docs/benchmarks.md, python -m bench.seal).
 DEFAULT_LEVEL = 3
 _SKIPPABLE_MAGIC = 0x184D2A5E
