@@ -14,7 +14,7 @@ import ijson
 
 from ..errors import TraceFormatError
 from ._layout import INDEX_NAME, ROW_BYTES, chunk_path, decode_row, list_chunks, scan, sealed_path
-from ._reader import _name, _parse_span, find_row, iter_spans
+from ._reader import chunk_name, find_row, iter_spans, parse_span
 from ._sealed import DamagedFrame, SealedChunk, chunk_size, open_chunk
 
 _BLOCK = 1 << 20
@@ -134,7 +134,7 @@ def stat(root: Path) -> int:
             damaged += 1
             continue
         if isinstance(f, SealedChunk):
-            sealed_bytes += f.compressed_size
+            sealed_bytes += sealed_path(root, chunk).stat().st_size  # the seek table too
             sealed_in += f.size
         else:
             plain_bytes += chunk_path(root, chunk).stat().st_size
@@ -189,15 +189,15 @@ def verify(root: Path) -> int:
                     continue
                 if not span.complete:
                     problems.append(
-                        f"a torn last line of {span.length} bytes in {_name(root, chunk)} "
+                        f"a torn last line of {span.length} bytes in {chunk_name(root, chunk)} "
                         "(not a record)"
                     )
                     continue
                 try:
-                    _parse_span(root, span)
+                    parse_span(root, span)
                 except (ValueError, ijson.JSONError, DamagedFrame) as exc:
                     problems.append(
-                        f"{_name(root, chunk)} at byte {span.offset}: not a record ({exc})"
+                        f"{chunk_name(root, chunk)} at byte {span.offset}: not a record ({exc})"
                     )
                 if n < rows:
                     idx.seek(n * ROW_BYTES)

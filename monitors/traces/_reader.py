@@ -34,9 +34,11 @@ __all__ = [
     "LineSpan",
     "TraceReader",
     "aread_records",
+    "chunk_name",
     "find_record",
     "find_row",
     "iter_spans",
+    "parse_span",
     "read_record",
     "read_records",
 ]
@@ -47,7 +49,7 @@ _BLOCK = 1 << 20
 BIG_LINE = 16 << 20
 _INT_MIN = -(1 << 63)  # orjson.loads reads ints in [i64 min, u64 max] as ints, others as floats
 _UINT_MAX = (1 << 64) - 1
-#: Read after a long line (see ``_parse_span``); random, so no line can forge it.
+#: Read after a long line (see ``parse_span``); random, so no line can forge it.
 _SENTINEL = secrets.randbits(60) | 1 << 60
 
 OnError = Literal["raise", "skip"]
@@ -159,7 +161,7 @@ def _spans_of(
             yield LineSpan(chunk, line_start, nxt - line_start, False, None, lost=max(lost, 1))
 
 
-def _name(root: Path, chunk: int) -> str:
+def chunk_name(root: Path, chunk: int) -> str:
     """The chunk's file name, as errors give it."""
     plain = chunk_path(root, chunk)
     return plain.name if plain.exists() else sealed_path(root, chunk).name
@@ -233,7 +235,7 @@ def _orjson_numbers(value: Any) -> Any:
     return value
 
 
-def _parse_span(root: Path, span: LineSpan) -> Any:
+def parse_span(root: Path, span: LineSpan) -> Any:
     """The record on the line: parsed from memory, or streamed by ijson from the chunk."""
     if span.data is not None:
         return orjson.loads(span.data)
@@ -311,7 +313,7 @@ class TraceReader(Iterator[Any]):
                             continue
                         raise TraceFormatError(
                             f"a damaged zstd frame: {span.lost} records unreadable",
-                            chunk=_name(root, chunk),
+                            chunk=chunk_name(root, chunk),
                             offset=span.offset,
                         )
                     if not span.complete and chunk == chunks[-1]:
@@ -320,14 +322,14 @@ class TraceReader(Iterator[Any]):
                     try:
                         if not span.complete:
                             raise ValueError("a line without its newline before the last chunk")
-                        record = _parse_span(root, span)
+                        record = parse_span(root, span)
                     except (ValueError, ijson.JSONError, DamagedFrame) as exc:
                         if self.on_error == "skip":
                             self.skipped += 1
                             continue
                         raise TraceFormatError(
                             f"not a complete JSON record ({exc})",
-                            chunk=_name(root, chunk),
+                            chunk=chunk_name(root, chunk),
                             offset=span.offset,
                         ) from exc
                     self.records += 1
@@ -458,7 +460,7 @@ def read_at(directory: str | os.PathLike[str], row: IndexRow, *, what: str) -> A
             if len(data) != row.length or not data.endswith(b"\n"):
                 raise ValueError("the index points past the data")
             span.data = data[:-1]
-        return _parse_span(root, span)
+        return parse_span(root, span)
     except FileNotFoundError as exc:
         raise TraceFormatError(
             f"{what}: its chunk is missing", chunk=chunk_path(root, row.chunk).name
@@ -466,7 +468,7 @@ def read_at(directory: str | os.PathLike[str], row: IndexRow, *, what: str) -> A
     except (ValueError, ijson.JSONError, DamagedFrame) as exc:
         raise TraceFormatError(
             f"{what} is not a complete JSON record ({exc})",
-            chunk=_name(root, row.chunk),
+            chunk=chunk_name(root, row.chunk),
             offset=row.offset,
         ) from exc
 

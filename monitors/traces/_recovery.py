@@ -171,7 +171,7 @@ def _settle_seals(directory: Path) -> tuple[list[int], list[int], int, int]:
     """Finish or undo what a crash left of seals; return the plain and sealed chunks and
     how many seals were undone and finished.
 
-    :raises TraceFormatError: A sealed chunk whose plain copy is gone is damaged.
+    :raises TraceFormatError: The directory holds a file that belongs to no stream.
     """
     listing = scan(directory)
     undone = finished = 0

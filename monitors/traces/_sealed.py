@@ -111,7 +111,6 @@ class SealedChunk:
             self._f.close()
             raise
         self.size = self._d[-1]
-        self.compressed_size = self._c[-1]
         self._pos = 0
         self._frame = -1  # the frame held in _data
         self._data = b""
