@@ -59,6 +59,24 @@ def ensure_writable_dir(root: Path) -> None:
     probe.unlink()
 
 
+async def close_streams(writers: Iterable[TraceWriter]) -> list[TraceWriteError]:
+    """Close every stream at once, so that their last seals run side by side (one core
+    each), and return what failed (logged already), in the streams' order, rather than stop
+    at the first: every stream gets closed."""
+    failures: dict[int, TraceWriteError] = {}
+
+    async def close(i: int, writer: TraceWriter) -> None:
+        try:
+            await writer.close()
+        except TraceWriteError as exc:
+            failures[i] = exc
+
+    async with anyio.create_task_group() as group:
+        for i, writer in enumerate(writers):
+            group.start_soon(close, i, writer)
+    return [failures[i] for i in sorted(failures)]
+
+
 def seal_failures(writers: Iterable[TraceWriter]) -> dict[str, int]:
     """``DeliveryStats.degraded`` of these streams: ``{"seal_failed": n}`` for the ``n``
     chunks left plain because sealing them failed, or nothing."""
@@ -330,12 +348,7 @@ class FileMonitor(Monitor):
         if self._finalized:
             return
         self._finalized = True
-        failures = []
-        for writer in self._streams.values():
-            try:
-                await writer.close()
-            except TraceWriteError as exc:  # logged; the other streams still get closed
-                failures.append(exc)
+        failures = await close_streams(self._streams.values())
         if failures:
             raise failures[0]
 

@@ -19,8 +19,8 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .base import DeliveryStats, Ledger, Monitor, finite_metrics
-from .errors import MonitorError, TraceWriteError
-from .file import ensure_writable_dir, seal_failures, write_episodes
+from .errors import MonitorError
+from .file import close_streams, ensure_writable_dir, seal_failures, write_episodes
 from .records import Kind, Subset, check_float_decimals, check_kind, line_option
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
 from .traces._layout import INDEX_NAME, chunk_path, scan, sealed_path
@@ -302,11 +302,10 @@ class WandbMonitor(Monitor):
             with anyio.CancelScope(shield=True):
                 failures = []
                 try:
-                    for stream in self._streams.values():
-                        try:
-                            await stream.writer.close()
-                        except TraceWriteError as exc:  # logged; the files still go to W&B
-                            failures.append(exc)
+                    streams = list(self._streams.values())
+                    # A failure is logged; the files still go to W&B.
+                    failures = await close_streams(stream.writer for stream in streams)
+                    for stream in streams:
                         await self._hand_over(stream, final=True)
                 finally:
                     await anyio.to_thread.run_sync(run.finish)

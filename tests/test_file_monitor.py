@@ -744,3 +744,22 @@ async def test_a_stream_directory_holding_a_stray_file_loses_its_episodes_as_wri
         await monitor.log_episodes([{"id": "c"}], step=0, subset="effective")  # others go on
     assert [r["id"] for r in read_records(monitor.stream_dir("train", "effective"))] == ["c"]
     assert (stream / "notes.txt").read_text() == "not a chunk\n"
+
+
+@pytest.mark.anyio
+async def test_finalize_seals_the_streams_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    both = threading.Barrier(2, timeout=10)  # broken unless both seals run at once
+
+    def seal(directory: Path, chunk: int, **kwargs: Any) -> int:
+        both.wait()
+        return real_seal(directory, chunk, **kwargs)
+
+    monkeypatch.setattr("monitors.traces._writer.seal", seal)
+    async with FileMonitor(tmp_path) as monitor:
+        for subset in ("all", "effective"):
+            await monitor.log_episodes([{"id": subset}], step=0, subset=subset)
+    assert monitor.stats() == DeliveryStats(2, 2, {})  # no seal failed
+    for subset in ("all", "effective"):
+        assert scan(monitor.stream_dir("train", subset)).sealed == [0]
