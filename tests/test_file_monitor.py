@@ -24,6 +24,7 @@ from streams import chunk_bytes
 
 from monitors import DeliveryStats, FileMonitor, TraceWriteError
 from monitors import file as file_module
+from monitors.records import Subset
 from monitors.traces import _writer, read_records
 from monitors.traces._layout import ROW_BYTES, chunk_path, list_chunks, scan, sealed_path
 from monitors.traces._sealed import seal as real_seal
@@ -757,9 +758,10 @@ async def test_finalize_seals_the_streams_side_by_side(
         return real_seal(directory, chunk, **kwargs)
 
     monkeypatch.setattr("monitors.traces._writer.seal", seal)
+    subsets: tuple[Subset, ...] = ("all", "effective")
     async with FileMonitor(tmp_path) as monitor:
-        for subset in ("all", "effective"):
+        for subset in subsets:
             await monitor.log_episodes([{"id": subset}], step=0, subset=subset)
     assert monitor.stats() == DeliveryStats(2, 2, {})  # no seal failed
-    for subset in ("all", "effective"):
+    for subset in subsets:
         assert scan(monitor.stream_dir("train", subset)).sealed == [0]
