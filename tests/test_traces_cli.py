@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import orjson
 import pytest
+from streams import cli
 
 from monitors.traces import TraceWriter, read_records
 from monitors.traces._layout import INDEX_NAME, ROW_BYTES, chunk_path, list_chunks
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitors.traces", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def _values() -> list[Any]:

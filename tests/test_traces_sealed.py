@@ -13,7 +13,6 @@ import random
 import shutil
 import struct
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import anyio
 import orjson
 import pytest
 import pyzstd
+from streams import cli
 
 from monitors import TraceFormatError, TraceWriteError
 from monitors.traces import (
@@ -422,16 +422,6 @@ def test_zstd_tool_and_library_decompress_a_sealed_stream(twins: Twins, which: s
 
 
 # -- the CLI on sealed streams -------------------------------------------------------------
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitors.traces", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def stat_fields(out: bytes) -> dict[str, str]:
