@@ -15,6 +15,7 @@ import anyio
 
 import encoder
 
+from ._files import last_newline_end, write_all
 from .base import DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import TraceWriteError
 from .records import Kind, Subset, build_record, check_float_decimals, check_kind, line_option
@@ -26,8 +27,6 @@ __all__ = ["FileMonitor"]
 log = logging.getLogger("monitors.file")
 
 METRICS_NAME = "metrics.jsonl"
-#: Bytes read at a time, from the end, to find the last newline of a torn metrics file.
-_TAIL_BLOCK = 1 << 16
 
 
 def ensure_writable_dir(root: Path) -> None:
@@ -98,10 +97,8 @@ def _append_whole(fd: int, line: bytes) -> None:
         which is logged).
     """
     before = os.fstat(fd).st_size
-    view = memoryview(line)
     try:
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, line)
     except OSError:
         try:
             os.ftruncate(fd, before)
@@ -114,17 +111,7 @@ def _mend_tail(fd: int, path: Path) -> int:
     """Cut a torn last line (a crash mid-write) off the end of ``fd``: the file then ends
     just after its last newline. Returns the bytes cut (0 when the file was whole)."""
     size = os.fstat(fd).st_size
-    end = size
-    while end > 0:
-        start = max(0, end - _TAIL_BLOCK)
-        block = os.pread(fd, end - start, start)
-        if end == size and block.endswith(b"\n"):
-            return 0
-        at = block.rfind(b"\n")
-        if at >= 0:
-            end = start + at + 1
-            break
-        end = start
+    end = last_newline_end(path, size)
     if end < size:
         os.ftruncate(fd, end)
         log.warning(
@@ -313,8 +300,7 @@ class FileMonitor(Monitor):
         have torn the last line), and after a failed write (cutting it back off may have
         failed too), first cut a torn last line off."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Read and write: mending reads the tail back.
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             if not self._metrics_whole:
                 _mend_tail(fd, path)

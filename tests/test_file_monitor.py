@@ -667,7 +667,7 @@ def tiny_disk(path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> Iterato
     )
     if not mounted:
         left = [size]
-        real = _writer._write_all
+        real = _writer.write_all
 
         def write_all(fd: int, data: bytes) -> None:
             if len(data) > left[0]:
@@ -677,7 +677,7 @@ def tiny_disk(path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> Iterato
             left[0] -= len(data)
             real(fd, data)
 
-        monkeypatch.setattr(_writer, "_write_all", write_all)
+        monkeypatch.setattr(_writer, "write_all", write_all)
     try:
         yield "tmpfs" if mounted else "patched"
     finally:

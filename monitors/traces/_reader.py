@@ -502,7 +502,8 @@ def find_row(directory: str | os.PathLike[str], record_id: str) -> tuple[int, In
     root = Path(directory)
     encoded = orjson.dumps(record_id)
     hashed = len(encoded) > ID_BYTES
-    needle = b'"idh":"%s"' % id_hash(record_id).encode() if hashed else b'"id":%s}' % encoded
+    digest = id_hash(record_id)
+    needle = b'"idh":"%s"' % digest.encode() if hashed else b'"id":%s}' % encoded
     block_rows = _BLOCK // ROW_BYTES
     with open(root / INDEX_NAME, "rb") as f:
         first = 0
@@ -512,7 +513,7 @@ def find_row(directory: str | os.PathLike[str], record_id: str) -> tuple[int, In
                 n = first + at // ROW_BYTES
                 row = decode_row(block[(n - first) * ROW_BYTES : (n - first + 1) * ROW_BYTES])
                 if hashed:
-                    if row.idh == id_hash(record_id) and _record_id(root, row) == record_id:
+                    if row.idh == digest and _record_id(root, row) == record_id:
                         return n, row
                 elif row.id == record_id:
                     return n, row

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from .._files import last_newline_end
 from ..errors import TraceFormatError
 from ._layout import (
     INDEX_NAME,
@@ -76,21 +77,6 @@ class Recovery:
             or self.seals_undone
             or self.seals_finished
         )
-
-
-def _last_newline_end(path: Path, size: int) -> int:
-    """Offset just past the last b"\\n" in the file (0 when there is none)."""
-    with open(path, "rb") as f:
-        end = size
-        while end > 0:
-            start = max(0, end - _BLOCK)
-            f.seek(start)
-            block = f.read(end - start)
-            at = block.rfind(b"\n")
-            if at >= 0:
-                return start + at + 1
-            end = start
-    return 0
 
 
 def _line_spans(f: BinaryIO | SealedChunk, start: int, stop: int) -> list[tuple[int, int]]:
@@ -239,7 +225,7 @@ def recover(directory: Path) -> Recovery:
     for chunk in plain:
         path = chunk_path(directory, chunk)
         size = path.stat().st_size
-        keep = size if _ends_a_line(path, size) else _last_newline_end(path, size)
+        keep = size if _ends_a_line(path, size) else last_newline_end(path, size)
         if keep < size:
             os.truncate(path, keep)
             torn += size - keep

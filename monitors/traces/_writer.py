@@ -18,6 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 import encoder
 
+from .._files import write_all
 from ..errors import TraceFormatError, TraceWriteError
 from ..records import check_float_decimals, line_option
 from ._layout import INDEX_NAME, ROW_BYTES, IndexRow, chunk_path, encode_row, row_for_id
@@ -37,15 +38,9 @@ _BATCHES_IN_FLIGHT = 2
 _BACKGROUND_NICE = 19
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def _write_joined(fd: int, chunks: list[bytes]) -> None:
     """One batch: joined here, in the worker thread, so the copy is not made on the loop."""
-    _write_all(fd, b"".join(chunks))
+    write_all(fd, b"".join(chunks))
 
 
 class _Drain:
@@ -310,7 +305,7 @@ class TraceWriter:
                     length = await self._stream(value, limit=None)
                 record_id, idh = row_for_id(value.get("id") if isinstance(value, Mapping) else None)
                 row = IndexRow(self._chunk, start, length, step, kind, subset, record_id, idh)
-                await anyio.to_thread.run_sync(_write_all, self._index_fd, encode_row(row))
+                await anyio.to_thread.run_sync(write_all, self._index_fd, encode_row(row))
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):
                     await self._cut(start)
