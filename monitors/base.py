@@ -13,11 +13,15 @@ from typing import Any, TypeVar
 
 import anyio
 
+from .errors import MonitorError
 from .records import Kind, Subset
 
-__all__ = ["DeliveryStats", "Monitor", "Monitors", "finite_metrics"]
+__all__ = ["START_FAILED", "DeliveryStats", "Monitor", "Monitors", "finite_metrics"]
 
 log = logging.getLogger("monitors")
+
+#: The reason every record given to a monitor whose ``start`` failed is lost under.
+START_FAILED = "start_failed"
 
 _M = TypeVar("_M", bound="Monitor")
 
@@ -87,13 +91,48 @@ class Ledger:
         """The counts now, with ``degraded`` (which the monitor counts where it happens)."""
         return DeliveryStats(self.submitted, self.delivered, dict(self.lost), dict(degraded or {}))
 
+    @property
+    def pending(self) -> int:
+        """Records neither delivered nor lost yet."""
+        return self.submitted - self.delivered - sum(self.lost.values())
+
+    def refuse(self, count: int, reason: str) -> None:
+        """Count ``count`` records as submitted and lost at once, under ``reason``."""
+        self.submitted += count
+        self.lost[reason] += count
+
 
 class Monitor(ABC):
     """Where a training run's metrics and episodes go. Use as ``async with``: entering
-    starts it, leaving finalizes it."""
+    starts it, leaving finalizes it.
+
+    A monitor whose ``start`` raised keeps the error in ``start_error``, and from then on
+    counts every episode and metrics record it is given as lost under ``start_failed``
+    (``Monitors`` goes on logging to it), and says how many at ``finalize`` (docs/design.md
+    D8).
+    """
+
+    #: Why ``start`` failed, or None.
+    start_error: BaseException | None = None
 
     async def start(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """Open files, sessions and background work."""
+
+    def metrics_stats(self) -> DeliveryStats:
+        """Metrics records (one per ``log_metrics`` call): submitted, delivered, lost."""
+        return DeliveryStats()
+
+    def _report_start_failure(self, **lost: int) -> None:
+        """At ``finalize`` of a monitor whose start failed: one warning naming the cause and
+        what was lost because of it (``lost``: a count by what was lost)."""
+        counts = ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in lost.items())
+        log.warning(
+            "%s never started (%s): %s lost as '%s'",
+            type(self).__name__,
+            describe(self.start_error),
+            counts,
+            START_FAILED,
+        )
 
     @abstractmethod
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
@@ -161,9 +200,19 @@ class Monitor(ABC):
         await self.finalize()
 
 
+def describe(error: BaseException | None) -> str:
+    """An error in one line: its type and message."""
+    if error is None:
+        return "no error"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
 class Monitors(Monitor):
     """Logs to every monitor at once; a monitor that fails is logged (with its traceback)
-    and counted in ``failures``, never raised into the caller.
+    and counted in ``failures``, never raised into the caller. A monitor's ``MonitorError``
+    (a start that failed: a missing key, a path that cannot be written, a missing package)
+    is logged as one line, without a traceback: it says all there is to say.
 
     ``start`` and ``finalize`` call the monitors one after the other in the caller's task,
     ``finalize`` in reverse order, as the task groups some monitors open in ``start`` require.
@@ -185,10 +234,26 @@ class Monitors(Monitor):
         async def one(monitor: Monitor) -> None:
             try:
                 await getattr(monitor, call)(*args, **kwargs)
-            except Exception:
+            except Exception as exc:
                 name = type(monitor).__name__
                 self.failures[name] += 1
-                log.warning("%s.%s failed during %s", name, call, what, exc_info=True)
+                if call == "start":
+                    log.warning(
+                        "%s did not start (%s); what it is given is counted lost as '%s'",
+                        name,
+                        describe(exc),
+                        START_FAILED,
+                        exc_info=not isinstance(exc, MonitorError),
+                    )
+                else:
+                    log.warning(
+                        "%s.%s failed during %s (%s)",
+                        name,
+                        call,
+                        what,
+                        describe(exc),
+                        exc_info=not isinstance(exc, MonitorError),
+                    )
 
         if in_turn:
             order = reversed(self.monitors) if call == "finalize" else self.monitors
@@ -228,9 +293,19 @@ class Monitors(Monitor):
             total = total + monitor.stats()
         return total
 
+    def metrics_stats(self) -> DeliveryStats:
+        total = DeliveryStats()
+        for monitor in self.monitors:
+            total = total + monitor.metrics_stats()
+        return total
+
     def stats_by_monitor(self) -> dict[str, DeliveryStats]:
         """Each monitor's own ``stats()``, by class name."""
         return {type(m).__name__: m.stats() for m in self.monitors}
+
+    def metrics_stats_by_monitor(self) -> dict[str, DeliveryStats]:
+        """Each monitor's own ``metrics_stats()``, by class name."""
+        return {type(m).__name__: m.metrics_stats() for m in self.monitors}
 
 
 def finite_metrics(metrics: Mapping[str, Any], *, step: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import anyio
 import encoder
 
 from ._files import last_newline_end, write_all
-from .base import DeliveryStats, Ledger, Monitor, finite_metrics
+from .base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import TraceWriteError
 from .records import Kind, Subset, build_record, check_float_decimals, check_kind, line_option
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
@@ -230,6 +230,7 @@ class FileMonitor(Monitor):
         self.seal_on_finalize = seal_on_finalize
         self.float_decimals = check_float_decimals(float_decimals)
         self._ledger = Ledger()
+        self._metrics_ledger = Ledger()
         self._streams: dict[tuple[str, str], TraceWriter] = {}
         self._metrics_lock = anyio.Lock()
         #: Whether metrics.jsonl is known to end with a whole line (else it is mended first).
@@ -266,34 +267,58 @@ class FileMonitor(Monitor):
         """Create ``root`` and check that it can be written (in a worker thread).
 
         :raises TraceWriteError: ``root`` is a file, lies under one, or cannot be written;
-            the message names it and says why.
+            the message names it and says why. What the monitor is given then is counted
+            lost as ``start_failed``.
         """
         try:
             await anyio.to_thread.run_sync(ensure_writable_dir, self.root)
         except OSError as exc:
-            raise TraceWriteError(f"cannot write to {self.root}: {_why(exc)}") from exc
+            error = TraceWriteError(f"cannot write to {self.root}: {_why(exc)}")
+            self.start_error = error
+            raise error from exc
+        except BaseException as exc:
+            self.start_error = exc
+            raise
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
         """Append one line to ``metrics.jsonl`` (non-finite values dropped and named).
 
         :param metrics: Metric names and their values.
         :param step: The training step they belong to.
+        Counted in ``metrics_stats()``: delivered once written, else lost as
+        ``encode_error`` (logged; nothing raised), ``write_error`` or ``start_failed``.
+
         :raises TraceWriteError: The disk refused the write; the file is left ending in a
             whole line.
         :raises RuntimeError: The monitor is finalized.
         """
         self._check_open()
-        line = encoder.encode(
-            {"step": step, "time": time.time(), "metrics": finite_metrics(metrics, step=step)},
-            option=self.option | encoder.OPT_APPEND_NEWLINE | encoder.OPT_SERIALIZE_NUMPY,
-            default=self.default,
-        )
+        ledger = self._metrics_ledger
+        if self.start_error is not None:
+            ledger.refuse(1, START_FAILED)
+            return
+        ledger.submitted += 1
+        try:
+            line = encoder.encode(
+                {"step": step, "time": time.time(), "metrics": finite_metrics(metrics, step=step)},
+                option=self.option | encoder.OPT_APPEND_NEWLINE | encoder.OPT_SERIALIZE_NUMPY,
+                default=self.default,
+            )
+        except encoder.EncodeError as exc:
+            ledger.lost["encode_error"] += 1
+            log.warning("step %d: metrics not written: %s", step, exc)
+            return
         path = self.root / METRICS_NAME
-        async with self._metrics_lock:
-            try:
+        try:
+            async with self._metrics_lock:
                 await anyio.to_thread.run_sync(self._append_metrics, path, line)
-            except OSError as exc:
-                raise TraceWriteError(f"cannot append to {path}: {exc}") from exc
+        except OSError as exc:
+            ledger.lost["write_error"] += 1
+            raise TraceWriteError(f"cannot append to {path}: {exc}") from exc
+        except BaseException:
+            ledger.lost["cancelled"] += 1
+            raise
+        ledger.delivered += 1
 
     def _append_metrics(self, path: Path, line: bytes) -> None:
         """Append one metrics line whole (in a worker thread). The first time (a crash may
@@ -325,6 +350,9 @@ class FileMonitor(Monitor):
         check_kind(kind, subset)
         batch = list(episodes)
         ledger = self._ledger
+        if self.start_error is not None:
+            ledger.refuse(len(batch), START_FAILED)
+            return
         ledger.submitted += len(batch)
         await write_episodes(
             self._stream(kind, subset), batch, ledger, step=step, kind=kind, subset=subset
@@ -334,6 +362,10 @@ class FileMonitor(Monitor):
         if self._finalized:
             return
         self._finalized = True
+        if self.start_error is not None:
+            self._report_start_failure(
+                episodes=self._ledger.submitted, metrics_rows=self._metrics_ledger.submitted
+            )
         failures = await close_streams(self._streams.values())
         if failures:
             raise failures[0]
@@ -342,6 +374,10 @@ class FileMonitor(Monitor):
         """Episodes: submitted, written, lost by reason; ``degraded["seal_failed"]``: chunks
         left plain because sealing them failed."""
         return self._ledger.snapshot(degraded=seal_failures(self._streams.values()))
+
+    def metrics_stats(self) -> DeliveryStats:
+        """Metrics rows (one per ``log_metrics`` call): submitted, written, lost by reason."""
+        return self._metrics_ledger.snapshot()
 
     def _check_open(self) -> None:
         if self._finalized:

@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .base import DeliveryStats, Ledger, Monitor, finite_metrics
+from .base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import MonitorError
 from .file import close_streams, ensure_writable_dir, seal_failures, write_episodes
 from .records import Kind, Subset, check_float_decimals, check_kind, line_option
@@ -33,7 +33,8 @@ __all__ = ["WandbMonitor"]
 
 log = logging.getLogger("monitors.wandb")
 
-INSTALL_HINT = "pip install 'nodewise[wandb]'"
+#: nodewise is installed from a checkout, not from PyPI: name commands that work from either.
+INSTALL_HINT = "pip install wandb (or pip install '.[wandb]' in the nodewise checkout)"
 #: What the monitor sets unless ``settings`` says otherwise: the orchestrator's stdout and
 #: stderr are left alone (capturing them would hook every write, on the event loop too), no
 #: code is saved, and W&B prints only what matters.
@@ -211,10 +212,19 @@ class WandbMonitor(Monitor):
             permission: checked before ``wandb.init``), wandb is missing, refused the
             credentials, or init failed.
         :raises RuntimeError: The monitor was started before.
+
+        After a failure, what the monitor is given is counted lost as ``start_failed``.
         """
         if self._started:
             raise RuntimeError("WandbMonitor is already started")
         self._started = True
+        try:
+            await self._start()
+        except BaseException as exc:
+            self.start_error = exc
+            raise
+
+    async def _start(self) -> None:
         if self.dir is not None:
             try:
                 await anyio.to_thread.run_sync(ensure_writable_dir, self.dir)
@@ -289,6 +299,10 @@ class WandbMonitor(Monitor):
         if self._finalized:
             return
         self._finalized = True
+        if self.start_error is not None:
+            self._report_start_failure(
+                episodes=self._ledger.submitted, metrics_rows=self._metrics_ledger.submitted
+            )
         run, group = self.run, self._group
         if run is None:
             return
@@ -344,11 +358,18 @@ class WandbMonitor(Monitor):
             raise RuntimeError("WandbMonitor is not started; the run has no directory yet")
         return Path(self.run.dir) / "traces" / kind / subset
 
-    def _check_open(self) -> None:
+    def _check_open(self) -> bool:
+        """Whether the monitor takes records (False: its start failed, so they are lost).
+
+        :raises RuntimeError: It was never started, or is finalized.
+        """
         if self._finalized:
             raise RuntimeError("WandbMonitor is finalized")
+        if self.start_error is not None:
+            return False
         if self._group is None:
             raise RuntimeError("WandbMonitor is not started; call start() or use async with")
+        return True
 
     # -- metrics ------------------------------------------------------------------------
 
@@ -359,9 +380,11 @@ class WandbMonitor(Monitor):
         :param step: The training step, as ``run.log`` takes it.
         :raises RuntimeError: The monitor is not started, or finalized.
         """
-        self._check_open()
-        assert self._metrics_send is not None
         ledger = self._metrics_ledger
+        if not self._check_open():
+            ledger.refuse(1, START_FAILED)
+            return
+        assert self._metrics_send is not None
         ledger.submitted += 1
         try:
             self._metrics_send.send_nowait((finite_metrics(metrics, step=step), step))
@@ -445,10 +468,13 @@ class WandbMonitor(Monitor):
         :raises TraceWriteError: The disk refused a write (what was lost is counted).
         :raises RuntimeError: The monitor is not started, or finalized.
         """
-        self._check_open()
+        running = self._check_open()
         check_kind(kind, subset)
         batch = list(episodes)
         ledger = self._ledger
+        if not running:
+            ledger.refuse(len(batch), START_FAILED)
+            return
         ledger.submitted += len(batch)
         if self._disabled:  # mode="disabled": W&B keeps nothing, so neither do we
             ledger.lost["disabled"] += len(batch)

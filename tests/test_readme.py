@@ -123,6 +123,43 @@ def test_every_nodewise_command_runs(readme_run: tuple[Path, str]) -> None:
     assert (in_tmp / "episodes.jsonl").read_bytes().count(b"\n") == 12
 
 
+def test_the_monitors_example_without_a_key_or_wandb_keeps_its_books(tmp_path: Path) -> None:
+    """The monitors example as a new user first runs it, with no Prime key and no wandb
+    installed: the two start errors, each said once more with its count at finalize, then
+    the example's summary, in which every monitor's stats balance; no traceback."""
+    (example,) = [code for code in blocks("python") if "Monitors(" in code]
+    script = "import sys\nsys.modules['wandb'] = None  # not installed\n" + example
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "WANDB_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={**env, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    said = done.stderr.splitlines()
+    assert [line.split(" (")[0] for line in said] == [
+        "PrimeMonitor did not start",
+        "WandbMonitor did not start",
+        "WandbMonitor never started",
+        "PrimeMonitor never started",
+    ], done.stderr
+    assert "PRIME_API_KEY" in said[0]
+    assert "pip install wandb" in said[1]
+    assert "12 episodes, 3 metrics posts lost as 'start_failed'" in said[3]
+    from monitors import DeliveryStats
+
+    stats = eval(done.stdout, {"DeliveryStats": DeliveryStats})
+    assert stats == {
+        "FileMonitor": DeliveryStats(12, 12, {}),
+        "PrimeMonitor": DeliveryStats(12, 0, {"start_failed": 12}),
+        "WandbMonitor": DeliveryStats(12, 0, {"start_failed": 12}),
+    }
+
+
 def test_every_make_target_and_extra_it_names_exists() -> None:
     named = [c.split()[1] for c in commands() if c.startswith("make ")]
     assert {"demo", "test", "check", "bench", "fuzz", "docs"} <= set(named)

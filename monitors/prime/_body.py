@@ -62,16 +62,22 @@ class Body:
 
 class Pieces:
     """The pieces of a body as an async iterator, the shape aiohttp streams a body from:
-    slices of at most ``SEND_BYTES`` (views, not copies), the loop given a turn before each."""
+    slices of at most ``SEND_BYTES`` (views, not copies), the loop given a turn before each.
+
+    ``started``: aiohttp asked for the body, which it does once connected and the headers
+    are written; ``done``: every byte was handed to the connection."""
 
     def __init__(self, pieces: tuple[bytes, ...]) -> None:
         self._pieces: Iterator[bytes] = iter(pieces)
         self._rest = memoryview(b"")
+        self.started = False
+        self.done = False
 
     def __aiter__(self) -> Pieces:
         return self
 
     async def __anext__(self) -> memoryview:
+        self.started = True
         rest = self._rest
         if not rest:
             for piece in self._pieces:
@@ -79,6 +85,7 @@ class Pieces:
                     rest = memoryview(piece)
                     break
             else:
+                self.done = True
                 raise StopAsyncIteration
         await checkpoint()
         self._rest = rest[SEND_BYTES:]

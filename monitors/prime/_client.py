@@ -5,6 +5,10 @@ are retried with the same bytes and key, after ``Retry-After`` or a jittered bac
 at 30 times ``retry_base``, for ``retry_for`` seconds (docs/design.md D12). A 401/403 stops
 every later request, and so does a setup error (a redirect, which is never followed, or a
 TLS failure), at once; other answers outside 2xx reject.
+
+A request whose attempts never reached a server (no connection, or none that took its body)
+ends ``unreachable``, not ``failed``. A transport failure is logged at WARNING with its cause
+the first time a host fails, and again when that host answers (docs/design.md D12).
 """
 
 from __future__ import annotations
@@ -18,17 +22,20 @@ import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Literal
+from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
 import orjson
 
-from ._body import Body
+from ._body import Body, Pieces
 from ._config import PrimeConfig
 
 __all__ = [
     "RETRY_STATUSES",
+    "Attempts",
     "Client",
+    "Outage",
     "Result",
     "error_of",
     "is_committed",
@@ -42,7 +49,7 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError, OSError)
 _DETAIL_CHARS = 300
 
-Outcome = Literal["delivered", "rejected", "unauthorized", "setup_error", "failed"]
+Outcome = Literal["delivered", "rejected", "unauthorized", "setup_error", "failed", "unreachable"]
 Stop = Literal["unauthorized", "setup_error"]
 
 
@@ -63,6 +70,34 @@ class Result:
         if self.outcome == "rejected" and self.code:
             return f"rejected:{self.code}"
         return self.outcome
+
+
+class Attempts:
+    """What one request's attempts have done so far: whether any reached a server, and
+    whether the service may have stored the body (an attempt handed over every byte of it
+    and no answer came), which decides how ``finalize`` counts a request it cuts short."""
+
+    __slots__ = ("body", "reached", "unanswered")
+
+    def __init__(self) -> None:
+        self.reached = False  # an attempt connected, or was answered
+        self.unanswered = False  # an earlier attempt sent the whole body and got no answer
+        self.body: Pieces | None = None  # the body of the attempt under way
+
+    def may_be_stored(self) -> bool:
+        """Whether the service may hold the body: a whole body went out and was never
+        answered (by an earlier attempt, or by the one under way)."""
+        return self.unanswered or (self.body is not None and self.body.done)
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A host that has not answered since its last transport failure."""
+
+    host: str
+    since: float  # time.monotonic() of the first failure
+    cause: str  # the last failure, in words
+    ever_answered: bool  # whether the host answered earlier in this run
 
 
 def retry_after_seconds(value: str | None, *, cap: float) -> float | None:
@@ -150,6 +185,8 @@ class Client:
         self.stopped = False
         self.stopped_as: Stop = "unauthorized"
         self.stop_reason = ""
+        self._outages: dict[str, Outage] = {}  # by host
+        self._answered: set[str] = set()  # hosts that answered in this run
         self._random = random.Random()
         self._auth: dict[str, str] = {
             "Authorization": _Credential(f"Bearer {config.api_key.reveal()}")
@@ -161,6 +198,34 @@ class Client:
         """Seconds before retry number ``retry`` (0-based) when the server named no time."""
         base = self.config.retry_base * min(30.0, 2.0**retry)
         return base * self._random.uniform(0.5, 1.5)
+
+    def outage(self) -> Outage | None:
+        """The oldest host not answering now, if any."""
+        return min(self._outages.values(), key=lambda o: o.since, default=None)
+
+    def _failed_in_transit(self, host: str, cause: str) -> None:
+        outage = self._outages.get(host)
+        if outage is not None:
+            self._outages[host] = Outage(host, outage.since, cause, outage.ever_answered)
+            return
+        self._outages[host] = Outage(host, time.monotonic(), cause, host in self._answered)
+        log.warning(
+            "Prime API at %s did not answer (%s); retrying each request for up to %.0f s. "
+            "Records whose requests never reach it are counted 'unreachable'.",
+            host,
+            cause,
+            self.config.retry_for,
+        )
+
+    def _answered_by(self, host: str) -> None:
+        self._answered.add(host)
+        outage = self._outages.pop(host, None)
+        if outage is not None:
+            log.warning(
+                "Prime API at %s answers again, after %.1f s without an answer",
+                host,
+                time.monotonic() - outage.since,
+            )
 
     def _clean(self, text: str) -> str:
         """Server text made safe to log: never holding the key or any credential it echoes
@@ -176,23 +241,29 @@ class Client:
         *,
         what: str,
         committed: bool = False,
+        attempts: Attempts | None = None,
     ) -> Result:
         """POST ``body`` until it is answered for good, or until the next retry would start
-        more than ``retry_for`` seconds after the first attempt. A ``Body`` is streamed piece
+        more than ``retry_for`` seconds after the first attempt. The body is streamed piece
         by piece (with its ``Content-Length``), afresh on every attempt. With ``committed``,
-        a 2xx counts only with ``"status": "committed"`` (else it is retried)."""
+        a 2xx counts only with ``"status": "committed"`` (else it is retried). ``attempts``
+        follows what the attempts do, for a caller that may cut the request short."""
         config = self.config
-        headers = {**headers, **self._auth}
-        if isinstance(body, Body):
-            headers["Content-Length"] = str(body.size)
+        if isinstance(body, bytes):
+            body = Body(
+                content_type=headers.get("Content-Type", ""), pieces=(body,), size=len(body)
+            )
+        headers = {**headers, **self._auth, "Content-Length": str(body.size)}
+        host = _host(url)
+        tried = attempts if attempts is not None else Attempts()
         last = Result("failed")
         give_up = time.monotonic() + config.retry_for
         for attempt in itertools.count():
             if self.stopped:
                 return Result(self.stopped_as, None, self.stop_reason, attempt)
             delay: float | None = None
+            data = tried.body = body.stream()
             try:
-                data = body.stream() if isinstance(body, Body) else body
                 async with self.session.post(
                     url, data=data, headers=headers, allow_redirects=False
                 ) as response:
@@ -205,10 +276,16 @@ class Client:
                 self._stop_setup(f"TLS failed ({detail})", url, what)
                 return Result("setup_error", None, detail, attempt + 1)
             except _TRANSPORT_ERRORS as exc:
-                last = Result(
-                    "failed", None, self._clean(f"{type(exc).__name__}: {exc}"), attempt + 1
-                )
+                detail = self._clean(f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc))
+                tried.reached = tried.reached or data.started
+                tried.unanswered = tried.unanswered or data.done
+                outcome: Outcome = "failed" if tried.reached else "unreachable"
+                last = Result(outcome, None, detail, attempt + 1)
+                self._failed_in_transit(host, detail)
             else:
+                tried.reached = True
+                tried.body = None  # answered: this attempt stored nothing unknown
+                self._answered_by(host)
                 detail = self._clean(raw.decode("utf-8", "replace"))
                 success = 200 <= status < 300
                 if success and (not committed or is_committed(raw)):
@@ -274,3 +351,10 @@ class Client:
             detail or "no detail",
             what,
         )
+
+
+def _host(url: str) -> str:
+    """``host:port`` of ``url``, as a log names where requests go."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"

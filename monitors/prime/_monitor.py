@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -18,10 +19,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 import encoder
 
-from ..base import DeliveryStats, Ledger, Monitor, finite_metrics
+from ..base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
 from ..records import Kind, Subset, build_record, check_kind, line_option
 from ._batch import Batch, BatchBuilder, Keys
-from ._client import Client
+from ._client import Attempts, Client
 from ._config import (
     MAX_BATCH_LINES,
     MAX_LINE_BYTES,
@@ -43,7 +44,7 @@ _WARN_EVERY = 5.0
 
 _Item = tuple[Any, int, Kind, Subset]  # episode, step, kind, subset
 
-#: Seconds the oldest queued episode may wait before the monitor warns (once).
+#: Seconds the oldest pending episode may wait before the monitor warns (once).
 PENDING_AGE = 60.0
 
 #: Rejections that name records (or a size that halving cures), not the request: a batch of
@@ -66,15 +67,18 @@ RECORD_CODES: Final = frozenset(
 
 
 class _Tally:
-    """Records of one batch not counted yet (its halves are counted as they are answered)."""
+    """Records of one batch not counted yet (its halves are counted as they are answered),
+    and what the attempts of its request under way have done."""
 
-    __slots__ = ("left",)
+    __slots__ = ("attempts", "left")
 
     def __init__(self, records: int) -> None:
         self.left = records
+        self.attempts = Attempts()
 
 
 _Line = tuple[list[bytes], int, str]  # encoded chunks, bytes in all, line format
+_Encoded = tuple[_Line, int, Kind, Subset]  # a line, its step, kind and subset
 
 
 class _RateLimitedWarning:
@@ -98,10 +102,12 @@ class _RateLimitedWarning:
 class PrimeMonitor(Monitor):
     """Uploads episodes to the Prime Traces API and metrics to the Prime API.
 
-    ``log_episodes`` and ``log_metrics`` never wait on the network: they queue, and a full
-    queue drops the newest and counts them (docs/design.md D8). In the background, episodes
-    are built (``to_record()``) and encoded on the loop, gathered into NDJSON batches, hashed
-    and gzipped in the monitor's worker thread (D10) and streamed to the server (D11); a retry
+    ``log_episodes`` and ``log_metrics`` never wait on the network: they queue and return.
+    In the background, each queued episode is built (``to_record()``) and encoded on the
+    loop as soon as it comes, so that what the monitor holds is known to the byte: an
+    episode whose line would take it past ``queue_bytes`` is dropped and counted
+    ``queue_full`` (docs/design.md D8). Lines are gathered into NDJSON batches, hashed and
+    gzipped in the monitor's worker thread (D10) and streamed to the server (D11); a retry
     sends the same bytes under the same ``Idempotency-Key`` (D12).
 
     ``stats()`` counts episodes: delivered once the server committed their batch, else lost
@@ -129,10 +135,10 @@ class PrimeMonitor(Monitor):
         on each episode and each of its member traces as it is uploaded, as prime-runs does:
         the service joins a trace to its run by them. The episodes themselves are not changed.
     :param max_in_flight: most batches at once, uploading or being assembled.
-    :param queue_records: most episodes waiting in the queue.
-    :param queue_bytes: most bytes of JSON held, waiting or uploading (queued episodes
-        counted at the mean size of the lines encoded so far); a call that would pass it
-        drops the newest episodes as ``queue_full``.
+    :param queue_records: most episodes waiting to be encoded.
+    :param queue_bytes: most bytes of encoded lines held, waiting for a batch, in one or
+        uploading; an episode whose line would pass it is dropped as ``queue_full`` (its
+        encoding stops there).
     :param batch_bytes: a batch closes before the line that would take it past this many
         bytes uncompressed (or past 1,000,000 lines); at most 31 MiB, so that every request
         fits the service's 32 MiB cap.
@@ -177,16 +183,15 @@ class PrimeMonitor(Monitor):
         self._api_key = None if api_key is None else Secret(api_key)
         self.stamp_run = stamp_run
         self._codes_logged: set[str] = set()  # rejection codes whose message was logged
-        self._sent = 0  # records of requests sent and not answered yet (see ``_count_rest``)
         if isinstance(queue_bytes, bool) or not isinstance(queue_bytes, int) or queue_bytes < 1:
             raise ValueError(f"queue_bytes must be a positive integer, not {queue_bytes!r}")
         self.queue_bytes = queue_bytes
-        # What is held, for ``queue_bytes``: encoded lines not yet counted (bytes), the
-        # episodes queued (their enqueue times, oldest first) and the lines' mean size.
+        #: Bytes of the encoded lines not yet counted, for ``queue_bytes``.
         self._held = 0
-        self._enqueued: deque[float] = deque()
-        self._encoded_lines = 0
-        self._encoded_bytes = 0
+        #: When the pending episodes were logged, oldest first (for the age warning).
+        self._logged: deque[float] = deque()
+        self._uploads: set[_Tally] = set()  # batches being uploaded, or cut short
+        self._metrics_attempts: Attempts | None = None  # the metrics post under way
         self._warned_pending = False
         self._args: dict[str, Any] = {
             "traces_url": traces_url,
@@ -224,11 +229,13 @@ class PrimeMonitor(Monitor):
         self._worker: Worker | None = None
         self._send: MemoryObjectSendStream[_Item] | None = None
         self._receive: MemoryObjectReceiveStream[_Item] | None = None
+        self._lines_send: MemoryObjectSendStream[_Encoded] | None = None
+        self._lines_receive: MemoryObjectReceiveStream[_Encoded] | None = None
         self._metrics_send: MemoryObjectSendStream[bytes] | None = None
         self._metrics_receive: MemoryObjectReceiveStream[bytes] | None = None
         self._slots: anyio.Semaphore | None = None
         self._assembled = anyio.Event()
-        self._arrived = anyio.Event()  # set when episodes are queued (or the queue closes)
+        self._arrived = anyio.Event()  # set when a line is encoded (or no more will be)
         self._metrics_done = anyio.Event()
         self._crashed = False
         self._started = False
@@ -250,9 +257,17 @@ class PrimeMonitor(Monitor):
 
     async def start(self) -> None:
         """Check the settings (``UploadError`` without an API key), open the HTTP session
-        and start the background tasks."""
-        if self._started:
+        and start the background tasks. After a failure, what the monitor is given is
+        counted lost as ``start_failed``."""
+        if self._started or self.start_error is not None:
             raise RuntimeError("PrimeMonitor is already started")
+        try:
+            await self._start()
+        except BaseException as exc:
+            self.start_error = exc
+            raise
+
+    async def _start(self) -> None:
         key = None if self._api_key is None else self._api_key.reveal()
         # In a thread: it reads ~/.prime/config.json, and a home on a network mount may stall.
         resolve = partial(PrimeConfig.resolve, api_key=key, **self._args)
@@ -272,6 +287,10 @@ class PrimeMonitor(Monitor):
         self._worker = Worker(name="PrimeMonitor gzip")
         self._keys = Keys()
         self._send, self._receive = anyio.create_memory_object_stream[_Item](config.queue_records)
+        # Unbounded in count: what it holds is bounded in bytes (``queue_bytes``).
+        self._lines_send, self._lines_receive = anyio.create_memory_object_stream[_Encoded](
+            math.inf
+        )
         self._metrics_send, self._metrics_receive = anyio.create_memory_object_stream[bytes](
             self.metrics_queue
         )
@@ -280,6 +299,7 @@ class PrimeMonitor(Monitor):
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
+        group.start_soon(self._encode_lines, name="PrimeMonitor encoder")
         group.start_soon(self._assemble, name="PrimeMonitor batch assembler")
         group.start_soon(self._send_metrics, name="PrimeMonitor metrics sender")
         log.info(
@@ -295,6 +315,10 @@ class PrimeMonitor(Monitor):
         if self._finalized:
             return
         self._finalized = True
+        if self.start_error is not None:
+            self._report_start_failure(
+                episodes=self._ledger.submitted, metrics_posts=self._metrics_ledger.submitted
+            )
         group, config = self._group, self.config
         if group is None or config is None:
             return
@@ -302,9 +326,9 @@ class PrimeMonitor(Monitor):
         assert self._metrics_send is not None
         reason = "cancelled"
         try:
-            self._send.close()  # the assembler takes what is queued, then stops
-            self._arrived.set()
+            self._send.close()  # the encoder takes what is queued, then the assembler
             self._metrics_send.close()
+            self._say_what_finalize_waits_for(config.drain_timeout)
             with anyio.move_on_after(config.drain_timeout) as scope:
                 await self._assembled.wait()
                 await self._metrics_done.wait()
@@ -321,32 +345,65 @@ class PrimeMonitor(Monitor):
                         await self._worker.aclose()
                 self._count_rest(reason)
 
+    def _say_what_finalize_waits_for(self, deadline: float) -> None:
+        """When the service is not answering, say at once what finalize waits for."""
+        client = self._client
+        outage = None if client is None else client.outage()
+        episodes, posts = self._ledger.pending, self._metrics_ledger.pending
+        if outage is None or not (episodes or posts):
+            return
+        since = (
+            f"for {time.monotonic() - outage.since:.0f} s"
+            if outage.ever_answered
+            else "once since the monitor started"
+        )
+        log.warning(
+            "Prime monitor: finalize waits up to %g s (drain_timeout) for %d episode(s) and "
+            "%d metrics post(s): the Prime API at %s has not answered %s (last: %s)",
+            deadline,
+            episodes,
+            posts,
+            outage.host,
+            since,
+            outage.cause,
+        )
+
     def _count_rest(self, reason: str) -> None:
-        """Count what finalize left undelivered: records of requests sent but never answered
-        as ``unconfirmed`` (the service may have stored them), the rest (never sent) as
-        ``reason``."""
+        """Count what finalize left undelivered: records whose request went out whole and
+        was never answered as ``unconfirmed`` (the service may have stored them); the rest
+        as ``unreachable`` while the service is not answering, else as ``reason``."""
+        client = self._client
+        outage = None if client is None else client.outage()
+        if outage is not None:
+            reason = "unreachable"
+        unconfirmed = sum(t.left for t in self._uploads if t.attempts.may_be_stored())
+        posting = self._metrics_attempts
         for ledger, what, sent in (
-            (self._ledger, "episode(s)", self._sent),
-            (self._metrics_ledger, "metrics post(s)", 0),
+            (self._ledger, "episode(s)", unconfirmed),
+            (
+                self._metrics_ledger,
+                "metrics post(s)",
+                int(bool(posting and posting.may_be_stored())),
+            ),
         ):
-            rest = ledger.submitted - ledger.delivered - sum(ledger.lost.values())
-            unconfirmed = min(sent, rest)
-            if unconfirmed > 0:
-                ledger.lost["unconfirmed"] += unconfirmed
+            rest = ledger.pending
+            sent = min(sent, rest)
+            if sent > 0:
+                ledger.lost["unconfirmed"] += sent
                 log.warning(
-                    "Prime monitor: %d %s sent but never confirmed at finalize (%s); the "
-                    "service may have stored them",
-                    unconfirmed,
+                    "Prime monitor: %d %s sent but never confirmed at finalize; the service "
+                    "may have stored them",
+                    sent,
                     what,
-                    reason,
                 )
-            if rest > unconfirmed:
-                ledger.lost[reason] += rest - unconfirmed
+            if rest > sent:
+                ledger.lost[reason] += rest - sent
                 log.warning(
-                    "Prime monitor: %d %s not delivered at finalize (%s)",
-                    rest - unconfirmed,
+                    "Prime monitor: %d %s not delivered at finalize (%s)%s",
+                    rest - sent,
                     what,
                     reason,
+                    "" if outage is None else f": {outage.host} is not answering ({outage.cause})",
                 )
 
     def stats(self) -> DeliveryStats:
@@ -359,11 +416,18 @@ class PrimeMonitor(Monitor):
 
     # -- the caller's side: never waits -------------------------------------------------
 
-    def _check_open(self) -> None:
+    def _check_open(self) -> bool:
+        """Whether the monitor takes records (False: its start failed, so they are lost).
+
+        :raises RuntimeError: It was never started, or is finalized.
+        """
         if self._finalized:
             raise RuntimeError("PrimeMonitor is finalized")
+        if self.start_error is not None:
+            return False
         if not self._started:
             raise RuntimeError("PrimeMonitor is not started; call start() or use async with")
+        return True
 
     async def log_episodes(
         self,
@@ -374,10 +438,15 @@ class PrimeMonitor(Monitor):
         subset: Subset = "effective",
     ) -> None:
         """Queue episodes for upload and return at once (a full queue drops and counts)."""
-        self._check_open()
+        running = self._check_open()
         check_kind(kind, subset)
         batch = list(episodes)
         ledger = self._ledger
+        if not running:
+            ledger.refuse(len(batch), START_FAILED)
+            return
+        now = time.monotonic()
+        self._warn_pending(now)
         ledger.submitted += len(batch)
         assert self._send is not None
         assert self._client is not None
@@ -385,16 +454,8 @@ class PrimeMonitor(Monitor):
             ledger.lost[self._client.stopped_as] += len(batch)
             return
         send = self._send.send_nowait
-        if batch:
-            self._arrived.set()
-        mean = self._encoded_bytes / self._encoded_lines if self._encoded_lines else 0.0
-        pending = self._held + len(self._enqueued) * mean
-        now = time.monotonic()
-        self._warn_pending(pending, now)
         for i, episode in enumerate(batch):
             try:
-                if pending + mean > self.queue_bytes:
-                    raise anyio.WouldBlock
                 send((episode, step, kind, subset))
             except anyio.WouldBlock:
                 ledger.lost["queue_full"] += len(batch) - i
@@ -402,36 +463,42 @@ class PrimeMonitor(Monitor):
                 return
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 ledger.lost["internal_error"] += len(batch) - i
-                log.error("Prime monitor: the batch assembler is gone; episodes not queued")
+                log.error("Prime monitor: the encoder is gone; episodes not queued")
                 return
-            self._enqueued.append(now)
-            pending += mean
+            self._logged.append(now)
 
-    def _warn_pending(self, pending: float, now: float) -> None:
-        """Warn once when what is held passes half of ``queue_bytes`` or the oldest queued
+    def _warn_pending(self, now: float) -> None:
+        """Warn once when what is held passes half of ``queue_bytes`` or the oldest pending
         episode has waited ``PENDING_AGE`` seconds (again after it has drained)."""
-        oldest = now - self._enqueued[0] if self._enqueued else 0.0
-        if pending > self.queue_bytes / 2 or oldest > PENDING_AGE:
+        logged, pending = self._logged, self._ledger.pending
+        while len(logged) > pending:  # episodes are counted about in the order logged
+            logged.popleft()
+        oldest = now - logged[0] if logged else 0.0
+        held = self._held
+        if held > self.queue_bytes / 2 or oldest > PENDING_AGE:
             if not self._warned_pending:
                 self._warned_pending = True
                 log.warning(
-                    "Prime monitor: %.0f MiB of episodes held (%d queued, the oldest for "
+                    "Prime monitor: %.0f MiB of episodes held (%d pending, the oldest for "
                     "%.0f s): the service is slow or unreachable. Past %.0f MiB (queue_bytes) "
                     "the newest are dropped as 'queue_full'.",
-                    pending / 2**20,
-                    len(self._enqueued),
+                    held / 2**20,
+                    pending,
                     oldest,
                     self.queue_bytes / 2**20,
                 )
-        elif pending < self.queue_bytes / 4:
+        elif held < self.queue_bytes / 4:
             self._warned_pending = False
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
         """Queue one metrics post (non-finite values dropped and named) and return at once."""
-        self._check_open()
+        running = self._check_open()
+        ledger = self._metrics_ledger
+        if not running:
+            ledger.refuse(1, START_FAILED)
+            return
         assert self.config is not None
         assert self._metrics_send is not None
-        ledger = self._metrics_ledger
         ledger.submitted += 1
         payload = {
             "run_id": self.config.run_id,
@@ -452,10 +519,37 @@ class PrimeMonitor(Monitor):
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             ledger.lost["internal_error"] += 1
 
+    # -- the background: encoding ------------------------------------------------------
+
+    async def _encode_lines(self) -> None:
+        """Encode each queued episode as it comes and hand its line to the assembler, until
+        the queue is closed and empty; then close the lines' stream."""
+        receive, send, client = self._receive, self._lines_send, self._client
+        assert receive is not None
+        assert send is not None
+        assert client is not None
+        ledger = self._ledger
+        try:
+            async with send:
+                async for episode, step, kind, subset in receive:
+                    if client.stopped:
+                        ledger.lost[client.stopped_as] += 1
+                        continue
+                    line = await self._encode(episode, step, kind)
+                    if line is not None:
+                        send.send_nowait((line, step, kind, subset))
+                        self._arrived.set()
+        except Exception:
+            self._crashed = True
+            log.exception("Prime monitor: encoding failed; uploads stop")
+        finally:
+            receive.close()
+            self._arrived.set()
+
     # -- the background: assembling batches ---------------------------------------------
 
     async def _assemble(self) -> None:
-        assert self._receive is not None
+        assert self._lines_receive is not None
         try:
             async with anyio.create_task_group() as uploads:
                 try:
@@ -464,17 +558,17 @@ class PrimeMonitor(Monitor):
                     self._crashed = True
                     log.exception("Prime monitor: batch assembly failed; uploads stop")
         finally:
-            self._receive.close()
+            self._lines_receive.close()
             self._assembled.set()
 
-    async def _next(self, wait: float | None) -> _Item | None:
-        """The next queued episode; None after ``wait`` seconds without one. Raises
-        ``anyio.EndOfStream`` once the queue is closed and empty.
+    async def _next(self, wait: float | None) -> _Encoded | None:
+        """The next encoded line; None after ``wait`` seconds without one. Raises
+        ``anyio.EndOfStream`` once the encoder is done and every line taken.
 
         The timed wait is on an event, never on ``receive()``: a receive cancelled by its
         deadline just as an item was handed to it would lose that item.
         """
-        receive = self._receive
+        receive = self._lines_receive
         assert receive is not None
         try:
             return receive.receive_nowait()
@@ -507,24 +601,16 @@ class PrimeMonitor(Monitor):
                 await self._ship(builder, uploads)
                 builder = None
                 continue
-            episode, step, kind, subset = item
-            if self._enqueued:
-                self._enqueued.popleft()
+            (chunks, length, line_format), step, kind, subset = item
             if client.stopped:
                 ledger.lost[client.stopped_as] += 1
+                self._held -= length
                 if builder is not None:
                     ledger.lost[client.stopped_as] += builder.records
                     self._held -= builder.size
                     builder = None
                     slots.release()
                 continue
-            line = await self._encode(episode, step, kind)
-            if line is None:
-                continue
-            chunks, length, line_format = line
-            self._encoded_lines += 1
-            self._encoded_bytes += length
-            self._held += length
             if builder is not None and (
                 (builder.kind, builder.subset, builder.line_format) != (kind, subset, line_format)
                 or not builder.fits(
@@ -549,7 +635,8 @@ class PrimeMonitor(Monitor):
             await self._ship(builder, uploads)
 
     async def _encode(self, episode: Any, step: int, kind: Kind) -> _Line | None:
-        """One episode as its NDJSON line, or None (counted lost) if it cannot be one."""
+        """One episode as its NDJSON line, then held (``_held``); or None, counted lost, if
+        it cannot be one or would take what is held past ``queue_bytes``."""
         config = self.config
         assert config is not None
         ledger = self._ledger
@@ -576,6 +663,10 @@ class PrimeMonitor(Monitor):
                             config.line_bytes,
                         )
                         return None
+                    if self._held + length > self.queue_bytes:  # only uploads change it meanwhile
+                        ledger.lost["queue_full"] += 1
+                        self._warn_full(1)
+                        return None
                     chunks.append(chunk)
         except encoder.EncodeError as exc:
             ledger.lost["encode_error"] += 1
@@ -583,6 +674,7 @@ class PrimeMonitor(Monitor):
             return None
         # As prime-runs chooses it: a record with member traces is an episode, else a trace.
         line_format = "episode" if isinstance(record, Mapping) and "traces" in record else "trace"
+        self._held += length
         return chunks, length, line_format
 
     async def _ship(self, builder: BatchBuilder, uploads: TaskGroup) -> None:
@@ -608,16 +700,19 @@ class PrimeMonitor(Monitor):
     async def _upload(
         self, builder: BatchBuilder, closing: Future[Batch], context: dict[str, str]
     ) -> None:
-        ledger, slots = self._ledger, self._slots
+        slots = self._slots
         assert slots is not None
         tally = _Tally(builder.records)
+        self._uploads.add(tally)
         try:
             batch = await result(closing)
             await self._post(batch, builder, context, tally)
         except Exception:
-            ledger.lost["internal_error"] += tally.left
             log.exception("Prime monitor: traces batch (%d records) failed", builder.records)
+            self._count(tally, "internal_error", tally.left)
         finally:
+            if not tally.left:  # else cut short by finalize, which counts what is left
+                self._uploads.discard(tally)
             self._held -= builder.size
             slots.release()
 
@@ -655,17 +750,15 @@ class PrimeMonitor(Monitor):
             "Idempotency-Key": batch.key,
             "X-Prime-Line-Format": builder.line_format,
         }
-        self._sent += records
-        try:
-            answer = await client.post(
-                config.traces_url + TRACES_PATH, batch.body, headers, what=what, committed=True
-            )
-        except anyio.get_cancelled_exc_class():
-            raise  # sent, never answered: counted "unconfirmed" by finalize
-        except BaseException:
-            self._sent -= records
-            raise
-        self._sent -= records
+        tally.attempts = Attempts()
+        answer = await client.post(
+            config.traces_url + TRACES_PATH,
+            batch.body,
+            headers,
+            what=what,
+            committed=True,
+            attempts=tally.attempts,
+        )
         if answer.outcome == "delivered":
             self._count(tally, "delivered", records)
             return
@@ -730,14 +823,21 @@ class PrimeMonitor(Monitor):
         try:
             async with receive:
                 async for body in receive:
+                    self._metrics_attempts = attempts = Attempts()
                     try:
                         answer = await client.post(
-                            url, body, {"Content-Type": "application/json"}, what="metrics"
+                            url,
+                            body,
+                            {"Content-Type": "application/json"},
+                            what="metrics",
+                            attempts=attempts,
                         )
                     except Exception:
+                        self._metrics_attempts = None
                         ledger.lost["internal_error"] += 1
                         log.exception("Prime monitor: metrics post failed")
                         continue
+                    self._metrics_attempts = None  # (left set when finalize cuts it short)
                     if answer.outcome == "delivered":
                         ledger.delivered += 1
                     else:

@@ -45,6 +45,8 @@ class Faults:
     :param reject_ids: record ``"id"`` -> an error code: every traces upload holding a record
         with such an id is answered 400 with that code, as the service rejects an upload
         for one bad record (nothing of it stored).
+    :param hold: answers wait while this is set (after ``latency``); clearing it lets every
+        held answer go: a service that is slow for exactly as long as a test needs.
     """
 
     latency: float = 0.0
@@ -58,6 +60,7 @@ class Faults:
     down: bool = False
     script: list[int | str] = field(default_factory=list)
     reject_ids: dict[str, str] = field(default_factory=dict)
+    hold: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -106,8 +109,9 @@ class Faults:
             isinstance(self.seed, bool) or not isinstance(self.seed, int)
         ):
             raise FaultsError(f"seed must be an int or None, not {self.seed!r}")
-        if not isinstance(self.down, bool):
-            raise FaultsError(f"down must be a bool, not {self.down!r}")
+        for name in ("down", "hold"):
+            if not isinstance(getattr(self, name), bool):
+                raise FaultsError(f"{name} must be a bool, not {getattr(self, name)!r}")
         if not isinstance(self.script, list):
             raise FaultsError(f"script must be a list, not {self.script!r}")
         for entry in self.script:
