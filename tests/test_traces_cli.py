@@ -146,5 +146,8 @@ def test_verify_fails_on_a_torn_tail_and_a_short_index(stream: tuple[Path, list[
 
 def test_cli_refuses_a_missing_directory(tmp_path: Path) -> None:
     result = cli("stat", tmp_path / "nope")
-    assert result.returncode == 2
-    assert b"is not a directory" in result.stderr
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        f"python -m monitors.traces stat: {tmp_path / 'nope'} does not exist: give a trace "
+        "stream's directory (RUN/traces/KIND/SUBSET)"
+    ]

@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 MIB = 2**20
-PLOT_HINT = "pip install 'nodewise[plot]'"
+PLOT_HINT = "pip install matplotlib (or pip install '.[plot]' in the nodewise checkout)"
 #: The targets a run of nodewise's monitors is held to (docs/design.md D14).
 SLOWEST_LOG_PRIME = 1e-3
 LAG_P99 = 5.0

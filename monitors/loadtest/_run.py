@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
+import importlib.util
 import logging
 import os
 import platform
@@ -26,6 +27,7 @@ from ..prime import PrimeMonitor
 from ..testing import wandb_offline_env
 from ..testing.episodes import Episode, EpisodeMaker
 from ..traces._layout import ROW_BYTES
+from ..wandb_monitor import INSTALL_HINT as WANDB_INSTALL_HINT
 from ..wandb_monitor import WandbMonitor
 from ._config import LoadtestConfig
 from ._measure import GcWatch, PeakRss, lower_priority, process_cpu
@@ -70,6 +72,9 @@ class RunSpec:
     :param ours: whether it is nodewise's, judged against the targets.
     :param in_flight: requests it keeps in flight, where fixed (else the config's).
     :param streams: where it wrote each subset's records, for reading them back.
+    :param needs: the optional package its monitor imports (None: only nodewise's own
+        dependencies), so that ``nodewise loadtest`` can skip the run when it is missing.
+    :param install: how to install that package.
     """
 
     key: str
@@ -80,6 +85,18 @@ class RunSpec:
     ours: bool = True
     in_flight: int | None = None
     streams: Callable[[Monitor], dict[str, str]] = lambda _: {}
+    needs: str | None = None
+    install: str = ""
+
+    def missing(self) -> str | None:
+        """The package the run needs that is not installed, found without importing it."""
+        if self.needs is None:
+            return None
+        try:
+            found = importlib.util.find_spec(self.needs) is not None
+        except ValueError:  # imported already, without a spec: there all the same
+            found = True
+        return None if found else self.needs
 
 
 def _stream_dirs(monitor: Monitor) -> dict[str, str]:
@@ -123,6 +140,8 @@ RUNS: dict[str, RunSpec] = {
         ),
         files=True,
         streams=_stream_dirs,
+        needs="wandb",
+        install=WANDB_INSTALL_HINT,
     ),
 }
 

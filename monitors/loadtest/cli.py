@@ -1,9 +1,12 @@
-"""The ``nodewise`` command: ``nodewise loadtest ...`` (also ``python -m monitors.loadtest``)
-and ``nodewise traces cat|stat|verify DIR`` (also ``python -m monitors.traces``)."""
+"""The ``nodewise`` command: ``nodewise loadtest ...`` (also ``python -m monitors.loadtest``),
+``nodewise traces cat|stat|verify|get ...`` (also ``python -m monitors.traces``) and
+``nodewise --version``."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.metadata
 import json
 import logging
 import re
@@ -16,18 +19,29 @@ import anyio
 
 from ._config import MONITORS, LoadtestConfig, MonitorName
 from ._report import check_plotting, plot, text, to_json
-from ._run import Instrument, LoadtestReport, RunSpec, run_loadtest
+from ._run import RUNS, Instrument, LoadtestReport, RunSpec, run_loadtest
 from .errors import LoadtestError
 
 __all__ = [
+    "PROG",
     "config_from",
+    "installed_monitors",
     "main",
     "nodewise",
     "parse_bytes",
     "parse_seconds",
     "parser",
     "run_cli",
+    "version",
 ]
+
+#: The load test's name in help and errors unless a caller passes its own.
+PROG = "nodewise loadtest"
+#: ``nodewise``'s commands and what each does.
+COMMANDS = {
+    "loadtest": "run the load test",
+    "traces": "cat, stat, verify or get from a trace stream",
+}
 
 _UNITS = {
     "": None,
@@ -84,6 +98,21 @@ def _monitors(value: str) -> tuple[MonitorName, ...]:
     return tuple(names)  # type: ignore[arg-type]
 
 
+class _GivenMonitors(argparse.Action):
+    """Store ``--monitors`` and note that the user named them: a monitor named but not
+    installed is an error, where one of the defaults is skipped."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.monitors_named = True
+
+
 def _int(minimum: int) -> Any:
     def parse(value: str) -> int:
         try:
@@ -101,8 +130,8 @@ def _mb(value: str) -> int:
     return parse_bytes(value, default_unit=10**6)
 
 
-def parser(*, prog: str = "nodewise loadtest") -> argparse.ArgumentParser:
-    """The load test's options (``prog`` names the command in messages)."""
+def parser(*, prog: str = PROG) -> argparse.ArgumentParser:
+    """The load test's options (``prog`` names the command in help and errors)."""
     p = argparse.ArgumentParser(
         prog=prog,
         description=(
@@ -119,11 +148,14 @@ def parser(*, prog: str = "nodewise loadtest") -> argparse.ArgumentParser:
         ),
     )
     d = LoadtestConfig()
+    p.set_defaults(prog=prog, monitors_named=False)
     p.add_argument(
         "--monitors",
         type=_monitors,
+        action=_GivenMonitors,
         default=d.monitors,
-        help="comma-separated, run one after the other (default: file,prime,wandb)",
+        help="comma-separated, run one after the other (default: file,prime,wandb, "
+        "skipping any whose package is not installed)",
     )
     p.add_argument("--episodes", type=_int(1), default=d.episodes, help="default %(default)s")
     sizes = p.add_argument_group("episode sizes (default: production's lognormal)")
@@ -207,7 +239,7 @@ def parser(*, prog: str = "nodewise loadtest") -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="FILE.png",
-        help="draw loop lag over time per monitor (needs nodewise[plot], i.e. matplotlib)",
+        help="draw loop lag over time per monitor (needs matplotlib)",
     )
     p.add_argument(
         "--verbose",
@@ -244,10 +276,68 @@ def config_from(args: argparse.Namespace) -> LoadtestConfig:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     """``nodewise loadtest``: 0 when every nodewise monitor delivered every record, 1 when
-    one did not, 2 for bad options or a run that cannot start, 130 when interrupted."""
-    return run_cli(parser().parse_args(argv))
+    one did not, 2 for bad options or a run that cannot start (a monitor named in
+    ``--monitors`` whose package is not installed among them), 130 when interrupted.
+
+    :param argv: The arguments (default: the process's).
+    :param prog: The name the user typed, for help and errors.
+    """
+    return run_cli(parser(prog=prog).parse_args(argv))
+
+
+def installed_monitors(
+    monitors: Sequence[MonitorName], *, named: bool
+) -> tuple[tuple[MonitorName, ...], list[str]]:
+    """The ``monitors`` whose packages are installed, and a line for each one skipped.
+
+    :param monitors: The monitors asked for.
+    :param named: Whether the user named them (``--monitors``): then a missing package is
+        an error rather than a skip.
+    :raises LoadtestError: A monitor the user named needs a package that is not installed.
+    """
+    kept: list[MonitorName] = []
+    skipped: list[str] = []
+    for name in monitors:
+        spec = RUNS[name]
+        package = spec.missing()
+        if package is None:
+            kept.append(name)
+        elif named:
+            raise LoadtestError(
+                f"--monitors {name}: the {package} package is not installed: {spec.install}"
+            )
+        else:
+            skipped.append(
+                f"skipping {spec.name}: the {package} package is not installed: {spec.install}"
+            )
+    return tuple(kept), skipped
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Refuse, before a run of many minutes, the paths it could not write at the end.
+
+    :raises LoadtestError: ``--out`` is or lies under a file, or ``--json`` or ``--plot``
+        is a directory or lies in one that does not exist.
+    """
+    if args.out is not None:
+        out: Path = args.out
+        existing = next(p for p in (out, *out.parents) if p.exists())
+        if not existing.is_dir():
+            raise LoadtestError(
+                f"--out {out}: {existing} is a file; give a directory (new or existing)"
+            )
+    for option, value in (("--json", args.json), ("--plot", args.plot)):
+        if value is None or value == "-":
+            continue
+        path = Path(value)
+        if path.is_dir():
+            raise LoadtestError(f"{option} {path}: that is a directory; give a file's name")
+        if not path.parent.is_dir():
+            raise LoadtestError(
+                f"{option} {path}: no such directory {path.parent}; create it or write elsewhere"
+            )
 
 
 def run_cli(
@@ -261,56 +351,103 @@ def run_cli(
     does; the benchmarks pass what they measure beside it (``run_loadtest``'s
     ``extra_runs`` and ``instrument``, and ``more`` lines for ``--verbose``)."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    prog = getattr(args, "prog", PROG)
     try:
+        _check_paths(args)
         if args.plot is not None:
             check_plotting()
-        if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
-            raise LoadtestError(f"--json {args.json}: no such directory")
         config = config_from(args)
+        monitors, skipped = installed_monitors(
+            config.monitors, named=getattr(args, "monitors_named", True)
+        )
+        config = dataclasses.replace(config, monitors=monitors)
+        for line in skipped:
+            print(f"{prog}: {line}", file=sys.stderr)
         report = anyio.run(
             lambda: run_loadtest(config, extra_runs=extra_runs, instrument=instrument)
         )
     except LoadtestError as exc:
-        print(f"nodewise loadtest: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --out cannot be made or written
+        print(f"{prog}: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         where = f"; the files so far are in {args.out}" if args.out is not None else ""
-        print(f"\nnodewise loadtest: interrupted{where}", file=sys.stderr)
+        print(f"\n{prog}: interrupted{where}", file=sys.stderr)
         return 130
-    if args.plot is not None:
-        plot(report, args.plot)
     data = to_json(report)
+    # Past the run, a file that cannot be written still leaves the report printed.
+    failed: list[str] = []
+    plotted = False
+    if args.plot is not None:
+        try:
+            plot(report, args.plot)
+            plotted = True
+        except (LoadtestError, OSError) as exc:
+            failed.append(f"--plot {args.plot}: {exc}")
     if args.json not in (None, "-"):
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+        try:
+            Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+        except OSError as exc:
+            failed.append(f"--json {args.json}: {exc}")
     if args.json == "-":
         print(json.dumps(data, indent=2))
     else:
         print(
             text(report, verbose=args.verbose, more=more(report) if more and args.verbose else ())
         )
-        if args.plot is not None:
+        if plotted:
             print(f"\nloop lag over time: {args.plot}")
+    for line in failed:
+        print(f"{prog}: {line}", file=sys.stderr)
+    if failed:
+        return 2
     return 0 if all(r.all_delivered for r in report.ours) else 1
 
 
+def version() -> str:
+    """The installed ``nodewise`` distribution's version."""
+    try:
+        return importlib.metadata.version("nodewise")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (the nodewise distribution is not installed)"
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    """``nodewise`` itself: its help, ``--version`` and its usage errors (each command
+    parses its own arguments)."""
+    listing = "\n".join(f"  {name:<10} {what}" for name, what in COMMANDS.items())
+    p = argparse.ArgumentParser(
+        prog="nodewise",
+        usage="%(prog)s [-h] [--version] COMMAND ...",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"nodewise's command line.\n\ncommands:\n{listing}",
+        epilog="nodewise COMMAND --help says more about each.",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    p.add_argument("command", metavar="COMMAND", help=argparse.SUPPRESS)  # listed above
+    return p
+
+
 def nodewise(argv: Sequence[str] | None = None) -> int:
-    """The ``nodewise`` console script: ``nodewise loadtest ...``, ``nodewise traces ...``."""
+    """The ``nodewise`` console script: ``nodewise loadtest ...``, ``nodewise traces ...``,
+    ``nodewise --version``; 2 for a usage error."""
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {
-        "loadtest": "run the load test",
-        "traces": "cat, stat, verify or get from a trace stream",
-    }
-    if not args or args[0] in ("-h", "--help") or args[0] not in commands:
-        usage = "usage: nodewise {loadtest,traces} ...\n\n" + "\n".join(
-            f"  {name:<10} {what}" for name, what in commands.items()
-        )
-        if args and args[0] not in ("-h", "--help"):
-            print(f"nodewise: unknown command {args[0]!r}\n\n{usage}", file=sys.stderr)
-            return 2
-        print(usage)
-        return 0 if args else 2
-    if args[0] == "traces":
+    if args and args[0] == "traces":
         from ..traces.__main__ import main as traces_main
 
-        return traces_main(args[1:])
-    return main(args[1:])
+        return traces_main(args[1:], prog="nodewise traces")
+    if args and args[0] == "loadtest":
+        return main(args[1:], prog="nodewise loadtest")
+    top = _top_parser()
+    choose = f"choose from {', '.join(COMMANDS)}"
+    try:
+        if args and not args[0].startswith("-"):
+            top.error(f"unknown command {args[0]!r} ({choose})")
+        if args and args[0] not in ("-h", "--help", "--version"):
+            top.error(f"unknown option {args[0]!r}: the command comes first ({choose})")
+        top.parse_args(args)  # exits: help, --version, or no command
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0
+    return 2

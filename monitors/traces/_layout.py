@@ -33,6 +33,7 @@ __all__ = [
     "decode_row",
     "encode_row",
     "id_hash",
+    "is_stream_file",
     "list_chunks",
     "scan",
     "sealed_path",
@@ -187,6 +188,12 @@ def scan(directory: Path) -> Listing:
         number = int(found.group(1))
         (sealing if found.group(3) else sealed if found.group(2) else plain).append(number)
     return Listing(sorted(plain), sorted(sealed), sorted(sealing))
+
+
+def is_stream_file(name: str) -> bool:
+    """Whether a file named ``name`` belongs to a stream: a chunk (plain, sealed or being
+    sealed) or the index (or an index rewrite's leftover)."""
+    return _NAME.match(name) is not None or name in (INDEX_NAME, MENDING_NAME)
 
 
 def list_chunks(directory: Path) -> list[int]:
