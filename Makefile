@@ -54,7 +54,8 @@ bench: $(VENV)/.synced
 	$(RUN) -m bench.production
 	$(RUN) -m bench.adversarial
 
-# Each fuzz target for FUZZ_SECONDS (default 60); `make test` runs each for a few seconds.
+# Each fuzz target for FUZZ_SECONDS (default 60), exploring with a new seed each time;
+# `make test` replays a fixed number of inputs per target from a fixed seed (tests/test_fuzz.py).
 fuzz: $(VENV)/.synced
 	$(RUN) fuzz/run.py
 

@@ -18,11 +18,18 @@ import sys
 from typing import Any
 
 import atheris
+from _repeatable import number_counters_repeatably, uninstrument
 
+number_counters_repeatably()
 with atheris.instrument_imports():
     import orjson
 
     import encoder
+    from encoder._walk import Walker
+
+# Its branches follow object addresses (cycle detection, by region of memory), which change
+# with every process: the fuzzer must not steer by them.
+uninstrument(Walker.enter_container)
 
 OPTIONS = (
     orjson.OPT_INDENT_2,
