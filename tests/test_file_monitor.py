@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import errno
+import itertools
 import logging
 import math
 import os
@@ -561,7 +562,9 @@ async def test_bad_records_are_counted_and_the_rest_written(
 
 
 @pytest.mark.anyio
-async def test_cancelled_log_episodes_counts_what_was_not_written(tmp_path: Path) -> None:
+async def test_cancelled_log_episodes_counts_what_was_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     huge = {"parts": ["abcdefgh" * 131_072] * 60}  # ~60 MB from one shared string
 
     class CancelWhenBuilt:
@@ -579,9 +582,21 @@ async def test_cancelled_log_episodes_counts_what_was_not_written(tmp_path: Path
             await monitor.log_episodes([{"n": 0}, CancelWhenBuilt(scope), {"n": 2}], step=0)
         assert scope.cancelled_caught
         assert monitor.stats() == DeliveryStats(3, 1, {"cancelled": 2})
-        # And a cancellation in the middle of a 60 MB record, after some milliseconds.
-        with anyio.move_on_after(0.02) as scope:
+        # And a cancellation in the middle of a 60 MB record: once 4 of its ~60 batches of
+        # 1 MiB are written (not after some milliseconds: the whole record takes 60-80 ms
+        # here, so a faster machine could finish it first).
+        real = _writer._write_joined
+        batches = itertools.count()
+
+        def write(fd: int, chunks: list[bytes]) -> None:
+            if next(batches) == 4:
+                anyio.from_thread.run_sync(scope.cancel)
+            real(fd, chunks)
+
+        monkeypatch.setattr(_writer, "_write_joined", write)
+        with anyio.CancelScope() as scope:
             await monitor.log_episodes([huge, {"n": 4}], step=1)
+        monkeypatch.setattr(_writer, "_write_joined", real)
         assert scope.cancelled_caught
         assert monitor.stats() == DeliveryStats(5, 1, {"cancelled": 4})
         await monitor.log_episodes([{"n": 5}], step=2)

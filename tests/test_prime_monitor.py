@@ -15,6 +15,7 @@ import traceback
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from email.utils import formatdate
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -219,9 +220,9 @@ async def test_a_batch_repeating_earlier_lines_gets_a_key_of_its_own(
     # (and, to be sure, once more): batches of the same lines, whose sha256 is the same.
     episodes = [small(i, size) for i in range(6)]
     async with make(server, batch_bytes=4 << 20) as monitor:
-        for subset in ("all", "effective", "effective"):
+        for calls, subset in enumerate(("all", "effective", "effective"), 1):
             await monitor.log_episodes(episodes, step=1, subset=subset)
-            await anyio.sleep(0.2)  # each call its own batches
+            await wait_until(partial(_lines_at_least, server, 6 * calls))  # its own batches
     assert monitor.stats() == DeliveryStats(18, 18, {})
     served = await server.astats()
     assert served["replays"] == 0, served
@@ -250,9 +251,9 @@ async def test_a_repeat_of_a_full_batch_stays_within_the_limit() -> None:
     assert sum(len(orjson.dumps(e)) + 1 for e in episodes) == limit
     with TracesServer(api_key=KEY, max_batch_bytes=limit) as server:
         async with make(server, batch_bytes=limit, stamp_run=False) as monitor:
-            for subset in ("all", "effective"):
+            for calls, subset in enumerate(("all", "effective"), 1):
                 await monitor.log_episodes(episodes, step=1, subset=subset)
-                await anyio.sleep(0.2)
+                await wait_until(partial(_lines_at_least, server, 2 * calls))
         assert monitor.stats() == DeliveryStats(4, 4, {})
         served = await server.astats()
     assert (served["lines_stored"], served["replays"]) == (4, 0), served
@@ -369,6 +370,10 @@ async def _requests_at_least(server: TracesServer, n: int) -> bool:
     return int((await server.astats())["requests_total"]) >= n
 
 
+async def _lines_at_least(server: TracesServer, n: int) -> bool:
+    return int((await server.astats())["lines_received"]) >= n
+
+
 @pytest.mark.anyio
 async def test_random_503s_balance(server: TracesServer) -> None:
     await server.aset_faults(fail_rate_503=0.4, seed=7)
@@ -469,7 +474,7 @@ async def test_drain_timeout_counts_what_was_left(server: TracesServer) -> None:
     await server.aset_faults(latency=5.0)
     async with make(server, drain_timeout=0.5, max_in_flight=1) as monitor:
         await monitor.log_episodes([small(i) for i in range(6)], step=0)
-        await anyio.sleep(0.2)  # sent, as a batch of its own
+        await wait_until(lambda: uploading(server))  # sent, as a batch of its own
         await monitor.log_episodes([small(i) for i in range(6, 10)], step=1)
         began = time.monotonic()
     assert time.monotonic() - began < 2.5
@@ -1094,7 +1099,7 @@ async def test_rejections_count_under_the_services_code_logged_once(
         async with make(server) as monitor:
             for i in range(4):
                 await monitor.log_episodes([named(i)], step=i)
-                await anyio.sleep(0.2)  # each call its own batch
+                await wait_until(partial(_requests_at_least, server, i + 1))  # its own batch
     assert monitor.stats() == DeliveryStats(4, 1, {"rejected:episode_id_too_long": 3})
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings

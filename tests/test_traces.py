@@ -25,6 +25,7 @@ from monitors.traces import (
     TraceReader,
     TraceWriter,
     _reader,
+    _writer,
     aread_records,
     read_record,
     read_records,
@@ -531,16 +532,42 @@ def _huge() -> dict[str, Any]:
     return {"parts": [ascii_mb, mixed] * 40, "tail": list(range(1000))}
 
 
+def cancel_after_batches(
+    monkeypatch: pytest.MonkeyPatch, scope: anyio.CancelScope, written: int
+) -> None:
+    """Cancel ``scope`` once ``written`` batches of the appends to come are on the disk (as
+    the next one reaches the worker thread; later ones pass): a point in the record whatever
+    the machine's speed (a 50 MB append takes 50-75 ms here, so a cancel after some
+    milliseconds could come after its end on a faster machine)."""
+    real = _writer._write_joined
+    batches = itertools.count()
+
+    def write(fd: int, chunks: list[bytes]) -> None:
+        if next(batches) == written:
+            anyio.from_thread.run_sync(scope.cancel)
+        real(fd, chunks)
+
+    monkeypatch.setattr(_writer, "_write_joined", write)
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize("delay", [0.0, 0.002, 0.01, 0.03])
-async def test_cancelled_append_leaves_complete_records_only(tmp_path: Path, delay: float) -> None:
+@pytest.mark.parametrize("written", [None, 0, 1, 30], ids=["at-once", "0", "1", "30"])
+async def test_cancelled_append_leaves_complete_records_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: int | None
+) -> None:
+    """Cancelled at its first checkpoint (None), or after ``written`` of the ~50 batches of a
+    50 MB record are written."""
     values = [make_record(n, 300) for n in range(3)]
     huge = _huge()
     async with TraceWriter(tmp_path, chunk_bytes=1 << 30, compress=False) as writer:
         for v in values:
             await writer.append(v)
         before = snapshot(tmp_path)
-        with anyio.move_on_after(delay) as scope:
+        with anyio.CancelScope() as scope:
+            if written is None:
+                scope.cancel()
+            else:
+                cancel_after_batches(monkeypatch, scope, written)
             await writer.append(huge)
         assert scope.cancelled_caught, "the 50 MB append finished before it was cancelled"
         assert snapshot(tmp_path) == before
@@ -553,7 +580,7 @@ async def test_cancelled_append_leaves_complete_records_only(tmp_path: Path, del
 
 
 @pytest.mark.anyio
-async def test_cancelled_append_in_a_task(tmp_path: Path) -> None:
+async def test_cancelled_append_in_a_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     values = [make_record(n, 300) for n in range(3)]
     async with TraceWriter(tmp_path, compress=False) as writer:
         for v in values:
@@ -566,9 +593,10 @@ async def test_cancelled_append_in_a_task(tmp_path: Path) -> None:
             finished.append(True)
 
         async with anyio.create_task_group() as group:
+            # Cancelled once its first batch is written (not after a sleep: how far a 50 MB
+            # append gets in a given time depends on the machine).
+            cancel_after_batches(monkeypatch, group.cancel_scope, 1)
             group.start_soon(big)
-            await anyio.sleep(0.005)
-            group.cancel_scope.cancel()
         assert not finished
         assert snapshot(tmp_path) == before
         await writer.append({"after": "cancel"})
