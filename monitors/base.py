@@ -6,7 +6,8 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
@@ -121,6 +122,15 @@ class Monitor(ABC):
     def metrics_stats(self) -> DeliveryStats:
         """Metrics records (one per ``log_metrics`` call): submitted, delivered, lost."""
         return DeliveryStats()
+
+    @contextmanager
+    def _keeping_start_error(self) -> Iterator[None]:
+        """Around ``start``'s work: what it raises is kept in ``start_error``, and raised."""
+        try:
+            yield
+        except BaseException as exc:
+            self.start_error = exc
+            raise
 
     def _report_start_failure(self, **lost: int) -> None:
         """At ``finalize`` of a monitor whose start failed: one warning naming the cause and

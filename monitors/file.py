@@ -270,24 +270,20 @@ class FileMonitor(Monitor):
             the message names it and says why. What the monitor is given then is counted
             lost as ``start_failed``.
         """
-        try:
-            await anyio.to_thread.run_sync(ensure_writable_dir, self.root)
-        except OSError as exc:
-            error = TraceWriteError(f"cannot write to {self.root}: {_why(exc)}")
-            self.start_error = error
-            raise error from exc
-        except BaseException as exc:
-            self.start_error = exc
-            raise
+        with self._keeping_start_error():
+            try:
+                await anyio.to_thread.run_sync(ensure_writable_dir, self.root)
+            except OSError as exc:
+                raise TraceWriteError(f"cannot write to {self.root}: {_why(exc)}") from exc
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
         """Append one line to ``metrics.jsonl`` (non-finite values dropped and named).
 
-        :param metrics: Metric names and their values.
-        :param step: The training step they belong to.
         Counted in ``metrics_stats()``: delivered once written, else lost as
         ``encode_error`` (logged; nothing raised), ``write_error`` or ``start_failed``.
 
+        :param metrics: Metric names and their values.
+        :param step: The training step they belong to.
         :raises TraceWriteError: The disk refused the write; the file is left ending in a
             whole line.
         :raises RuntimeError: The monitor is finalized.

@@ -218,11 +218,8 @@ class WandbMonitor(Monitor):
         if self._started:
             raise RuntimeError("WandbMonitor is already started")
         self._started = True
-        try:
+        with self._keeping_start_error():
             await self._start()
-        except BaseException as exc:
-            self.start_error = exc
-            raise
 
     async def _start(self) -> None:
         if self.dir is not None:

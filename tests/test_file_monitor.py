@@ -170,8 +170,10 @@ async def test_a_metrics_write_that_fails_part_way_leaves_whole_lines(
         assert path.read_bytes() == before  # the part that was written is gone again
         disk.room = None  # space is back: the next metric is a line of its own
         await monitor.log_metrics({"loss": 0.25}, step=2)
+        await monitor.log_metrics({"loss": object()}, step=3)  # counted and logged, not raised
     lines = whole_lines(path)
     assert [(m["step"], m["metrics"]) for m in lines] == [(0, {"loss": 1.0}), (2, {"loss": 0.25})]
+    assert monitor.metrics_stats() == DeliveryStats(4, 2, {"write_error": 1, "encode_error": 1})
 
 
 @pytest.mark.anyio

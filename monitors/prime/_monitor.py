@@ -261,11 +261,8 @@ class PrimeMonitor(Monitor):
         counted lost as ``start_failed``."""
         if self._started or self.start_error is not None:
             raise RuntimeError("PrimeMonitor is already started")
-        try:
+        with self._keeping_start_error():
             await self._start()
-        except BaseException as exc:
-            self.start_error = exc
-            raise
 
     async def _start(self) -> None:
         key = None if self._api_key is None else self._api_key.reveal()
