@@ -247,23 +247,13 @@ class Monitors(Monitor):
             except Exception as exc:
                 name = type(monitor).__name__
                 self.failures[name] += 1
-                if call == "start":
-                    log.warning(
-                        "%s did not start (%s); what it is given is counted lost as '%s'",
-                        name,
-                        describe(exc),
-                        START_FAILED,
-                        exc_info=not isinstance(exc, MonitorError),
-                    )
-                else:
-                    log.warning(
-                        "%s.%s failed during %s (%s)",
-                        name,
-                        call,
-                        what,
-                        describe(exc),
-                        exc_info=not isinstance(exc, MonitorError),
-                    )
+                happened = (
+                    f"{name} did not start ({describe(exc)}); what it is given is counted "
+                    f"lost as '{START_FAILED}'"
+                    if call == "start"
+                    else f"{name}.{call} failed during {what} ({describe(exc)})"
+                )
+                log.warning("%s", happened, exc_info=not isinstance(exc, MonitorError))
 
         if in_turn:
             order = reversed(self.monitors) if call == "finalize" else self.monitors
