@@ -17,7 +17,7 @@ $(TOOLS)/bin/uv:
 # --compile-bytecode: without .pyc files every process compiles each module it imports, and
 # compile() holds the GIL throughout, so a worker thread importing wandb stalls the event loop
 # (WandbMonitor.start: 44-59 ms stalls from source, 13-18 ms from bytecode).
-$(VENV)/.synced: uv.lock pyproject.toml setup.py encoder/_csize.c Makefile | $(UV)
+$(VENV)/.synced: uv.lock pyproject.toml setup.py encoder/_csize.c encoder/_cround.c Makefile | $(UV)
 	PYTHONPATH=$(TOOLS) $(UV) sync --locked --quiet --compile-bytecode
 	touch $@
 
