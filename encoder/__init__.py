@@ -5,6 +5,7 @@ event loop back every ``budget`` seconds so no single step stalls it. They bound
 rather than move the work to a thread, where orjson would hold the GIL (docs/design.md D1).
 """
 
+from ._models import ModelDump, record_dump
 from .aio import DEFAULT_BUDGET, adump, aiterencode
 from .errors import EncodeError
 from .options import (
@@ -45,9 +46,11 @@ __all__ = [
     "OPT_UTC_Z",
     "EncodeError",
     "Fragment",
+    "ModelDump",
     "adump",
     "aiterencode",
     "dump",
     "encode",
     "iterencode",
+    "record_dump",
 ]

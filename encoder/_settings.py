@@ -50,6 +50,12 @@ class Limits:
     :param sort_run: Items of a large dict sorted in one step (``OPT_SORT_KEYS``).
     :param chain_levels: Levels of nested one-element containers entered (or closed) in
         one step.
+    :param model_list: A list of at most this many pydantic models, none of them large, is
+        dumped by pydantic with the model that holds it; a longer one is walked a model at
+        a time.
+    :param model_floats: verifiers' per-token floats, at most this many to a node, are
+        rounded by verifiers' serializer with the rest of the node (a model is large if it
+        holds more, or a long list of models).
     """
 
     group_bytes: int = 128 * 1024
@@ -59,6 +65,8 @@ class Limits:
     plan_elements: int = 32
     sort_run: int = 1024
     chain_levels: int = 256
+    model_list: int = 16
+    model_floats: int = 64
 
     def __post_init__(self) -> None:
         if not 1 <= self.plan_elements <= 32:
@@ -73,6 +81,8 @@ class Limits:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive")
+        if self.model_list < 0 or self.model_floats < 0:
+            raise ValueError("model_list and model_floats must not be negative")
 
 
 DEFAULT_LIMITS: Final = Limits()

@@ -23,6 +23,7 @@ from typing import Any, Final, TypeAlias
 
 import orjson
 
+from ._models import ModelDump, ModelList, RoundedFloats, is_model, record_dump
 from ._settings import DEFAULT_LIMITS, Limits, Settings
 from ._size import ALONE, ALONE_BIG, BIG, RUN, Segment, Sizer
 from .errors import EncodeError, format_path
@@ -266,6 +267,11 @@ class Walker:
         self.inner = settings.inner
         self.indent = settings.indent
         self.decimals = settings.decimals
+        # Model frames open: inside one, floats are written as pydantic dumped them
+        # (``float_decimals`` reaches only verifiers' per-token floats there).
+        self.models = 0
+        self.wrote_models = False
+        self.small = (limits.model_list, limits.model_floats)
         # A string this long is written whole: at most ``str_bytes`` even if every character
         # is escaped (``\u0001``); a longer one, in slices.
         self.str_whole = max(1, limits.str_bytes // 6)
@@ -698,6 +704,9 @@ class Walker:
                     pass
             self.push(obj, path, depth, chain, is_map=True, block=fields, groups=False)
             out.append(b"{")
+        elif is_model(obj):
+            view = record_dump(obj, self.settings.decimals) or ModelDump(obj)
+            self.enter_model(view, path, depth, chain, out)
         elif isinstance(obj, enum.Enum):
             self.enter(obj.value, path, depth, chain, out)
         elif settings.numpy and _is_ndarray(obj) and self.array_walkable(obj):
@@ -722,6 +731,68 @@ class Walker:
             out.append(b"[")
         else:
             self.enter_default(obj, path, depth, chain, out)
+
+    def enter_model(
+        self, view: ModelDump, path: Path, depth: int, chain: int, out: list[Piece], *_: object
+    ) -> None:
+        """A pydantic model: pydantic's dump of its light fields, written as a dict is (whole
+        if small), its lists of sub-models and per-token floats walked on their own."""
+        try:
+            items, parted = view.items(self.small)
+        except Exception as exc:
+            name = type(view.model).__name__
+            raise self.error(f"{name}.model_dump failed: {exc}", extra=path) from exc
+        self.wrote_models = True
+        if not parted and self.decimals is None:
+            self.enter(dict(items), path, depth, chain, out)
+            return
+        if self.settings.sort:
+            items = self.sorted_items(items)
+        self.push(view, path, depth, chain, is_map=True, block=items)
+        self.models += 1
+        self.decimals = None
+        out.append(b"{")
+
+    def enter_models(
+        self, models: ModelList, path: Path, depth: int, chain: int, out: list[Piece], *_: object
+    ) -> None:
+        """A list of sub-models, a few at a time (each a ``ModelDump`` only while its
+        group is being written)."""
+        take = self.limits.plan_elements
+        whole = models.models
+        self.push(
+            models,
+            path,
+            depth,
+            chain,
+            is_map=False,
+            block=[],
+            source=models.views(),
+            whole=whole,
+            take=take,
+        )
+        out.append(b"[")
+
+    def enter_rounded(
+        self,
+        floats: RoundedFloats,
+        path: Path,
+        depth: int,
+        chain: int,
+        out: list[Piece],
+        *_: object,
+    ) -> None:
+        """verifiers' per-token floats, rounded in C a slice at a time."""
+        if self.sizer.numbers(floats.values) == BIG:
+            raise self.error(
+                "a per-token float list holds something that is not a number", extra=path
+            )
+        limits = self.limits
+        if len(floats) * 20 <= min(limits.group_bytes, limits.number_bytes):
+            out.append(self.dump_whole(floats[:], depth))
+            return
+        self.push(floats, path, depth, chain, is_map=False, block=floats, whole=floats)  # type: ignore[arg-type]
+        out.append(b"[")
 
     def enter_default(self, obj: Any, path: Path, depth: int, chain: int, out: list[Piece]) -> None:
         """A value orjson writes by itself (a UUID, a Fragment, ...), else ``default``'s
@@ -829,6 +900,10 @@ class Walker:
         self.stack.pop()
         if type(frame) is _Container:
             self.leave_container(frame.origin)
+            if self.models and type(frame.origin) is ModelDump:
+                self.models -= 1
+                if not self.models:
+                    self.decimals = self.settings.decimals
         elif type(frame) is _Array:
             self.leave_container(frame.array)
 
@@ -1141,6 +1216,9 @@ _ENTRIES: Final[dict[Any, _Entry]] = {
     float: Walker.enter_leaf,
     bool: Walker.enter_leaf,
     type(None): Walker.enter_leaf,
+    ModelDump: Walker.enter_model,
+    ModelList: Walker.enter_models,
+    RoundedFloats: Walker.enter_rounded,
 }
 _ENTRIES_WITH_DATETIMES: Final = _ENTRIES | dict.fromkeys((datetime, date, time), Walker.enter_leaf)
 _STEPS: Final[dict[type, Callable[[Walker, Any, list[Piece]], AnextRequest | None]]] = {

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 import orjson
 
 from ._chunks import Chunker
+from ._models import models_first
 from ._walk import AnextRequest, Walker
 from .errors import EncodeError
 
@@ -54,15 +55,14 @@ def encode(
     refused: tuple[str, BaseException | None] | None = None
     if float_decimals is None and not iterables:
         try:
-            return orjson.dumps(obj, option=option, default=default)
+            return orjson.dumps(obj, option=option, default=models_first(default))
         except orjson.JSONEncodeError as exc:
             refused = (str(exc), exc.__cause__)
-    data = b"".join(
-        Walker(
-            obj, option=option, default=default, iterables=iterables, float_decimals=float_decimals
-        )  # type: ignore[arg-type]
+    walker = Walker(
+        obj, option=option, default=default, iterables=iterables, float_decimals=float_decimals
     )
-    if refused is not None and refused[0] != "Recursion limit reached":
+    data = b"".join(walker)  # type: ignore[arg-type]
+    if refused is not None and not walker.wrote_models and refused[0] != "Recursion limit reached":
         # orjson refused it for a reason the walk does not go beyond, yet the walk wrote it:
         # a ``default`` that changes what it is given saw it again. orjson's answer stands.
         raise EncodeError(refused[0]) from refused[1]
