@@ -161,7 +161,9 @@ class Monitor(ABC):
         kind: Kind = "train",
         subset: Subset = "effective",
     ) -> None:
-        """Record episodes: Mappings, or objects with ``to_record()`` (built when encoded).
+        """Record episodes: verifiers episodes, pydantic models, objects with ``to_record()``,
+        or Mappings (``monitors.records.Records``), each turned into its record only when it
+        is encoded.
 
         :param episodes: The episodes, in the order they are to be stored.
         :param step: The training step they belong to.

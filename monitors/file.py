@@ -18,7 +18,15 @@ import encoder
 from ._files import last_newline_end, write_all
 from .base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import TraceWriteError
-from .records import Kind, Subset, build_record, check_float_decimals, check_kind, line_option
+from .records import (
+    DEFAULT_FLOAT_DECIMALS,
+    Kind,
+    Records,
+    Subset,
+    check_float_decimals,
+    check_kind,
+    line_option,
+)
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
 from .traces._sealed import DEFAULT_LEVEL
 
@@ -76,11 +84,16 @@ async def close_streams(writers: Iterable[TraceWriter]) -> list[TraceWriteError]
     return [failures[i] for i in sorted(failures)]
 
 
-def seal_failures(writers: Iterable[TraceWriter]) -> dict[str, int]:
+def degraded(writers: Iterable[TraceWriter], records: Records) -> dict[str, int]:
     """``DeliveryStats.degraded`` of these streams: ``{"seal_failed": n}`` for the ``n``
-    chunks left plain because sealing them failed, or nothing."""
-    failed = sum(len(writer.seal_failures) for writer in writers)
-    return {"seal_failed": failed} if failed else {}
+    chunks left plain because sealing them failed, ``{"slow_to_record": n}`` for the ``n``
+    episodes whose ``to_record()`` held the event loop (``SLOW_TO_RECORD``); nothing that
+    did not happen."""
+    counts = {
+        "seal_failed": sum(len(writer.seal_failures) for writer in writers),
+        "slow_to_record": records.slow,
+    }
+    return {kind: n for kind, n in counts.items() if n}
 
 
 def _why(exc: OSError) -> str:
@@ -126,19 +139,21 @@ async def write_episodes(
     writer: TraceWriter,
     batch: list[Any],
     ledger: Ledger,
+    records: Records,
     *,
     step: int,
     kind: Kind,
     subset: Subset,
 ) -> int:
     """Append each episode's record to ``writer``, in order, counting each in ``ledger``:
-    delivered once written, else lost as ``bad_record`` (``to_record()`` raised, the rest go
-    on), ``encode_error`` (likewise), ``write_error`` or ``cancelled`` (this one and the rest,
+    delivered once written, else lost as ``bad_record`` (not a record, or ``to_record()``
+    raised; the rest go on), ``encode_error`` (likewise), ``write_error`` or ``cancelled`` (this one and the rest,
     then the error is raised).
 
     :param writer: The stream to append to.
     :param batch: The episodes.
     :param ledger: Where deliveries and losses are counted.
+    :param records: What turns each episode into the value encoded.
     :param step: The training step, written into each index row (as are kind and subset).
     :param kind: ``"train"`` or ``"eval"``.
     :param subset: ``"all"`` or ``"effective"``.
@@ -148,7 +163,7 @@ async def write_episodes(
     chunk = -1
     for i, episode in enumerate(batch):
         try:
-            record = build_record(episode)
+            record = records.value(episode)
         except Exception as exc:
             ledger.lost["bad_record"] += 1
             log.warning("step %d: episode %d has no record: %r", step, i, exc)
@@ -200,8 +215,10 @@ class FileMonitor(Monitor):
     :param level: zstd's compression level for sealing.
     :param seal_on_finalize: Seal each stream's live chunk too at ``finalize`` (when
         ``compress``); False leaves it plain.
-    :param float_decimals: Round the floats of episode records to this many decimals (0 to
-        17), on disk only; the records in memory are never changed. None writes every digit.
+    :param float_decimals: verifiers' ``to_record(float_decimals=...)``: the per-token floats
+        (logprobs, advantages, ...) of verifiers episodes rounded to this many decimals (0 to
+        17), verifiers' and prime-rl's default; None writes every digit. A dict or another
+        model is written as given.
     :raises ValueError: ``option`` includes ``OPT_INDENT_2``, or ``float_decimals`` is not
         None nor an int from 0 to 17.
     """
@@ -217,7 +234,7 @@ class FileMonitor(Monitor):
         compress: bool = True,
         level: int = DEFAULT_LEVEL,
         seal_on_finalize: bool = True,
-        float_decimals: int | None = None,
+        float_decimals: int | None = DEFAULT_FLOAT_DECIMALS,
     ) -> None:
         self.root = Path(root)
         self.chunk_bytes = chunk_bytes
@@ -229,6 +246,7 @@ class FileMonitor(Monitor):
         self.level = level
         self.seal_on_finalize = seal_on_finalize
         self.float_decimals = check_float_decimals(float_decimals)
+        self._records = Records(self.float_decimals)
         self._ledger = Ledger()
         self._metrics_ledger = Ledger()
         self._streams: dict[tuple[str, str], TraceWriter] = {}
@@ -258,7 +276,6 @@ class FileMonitor(Monitor):
                 compress=self.compress,
                 level=self.level,
                 seal_on_close=self.seal_on_finalize,
-                float_decimals=self.float_decimals,
             )
             self._streams[key] = writer
         return writer
@@ -351,7 +368,13 @@ class FileMonitor(Monitor):
             return
         ledger.submitted += len(batch)
         await write_episodes(
-            self._stream(kind, subset), batch, ledger, step=step, kind=kind, subset=subset
+            self._stream(kind, subset),
+            batch,
+            ledger,
+            self._records,
+            step=step,
+            kind=kind,
+            subset=subset,
         )
 
     async def finalize(self) -> None:
@@ -367,9 +390,10 @@ class FileMonitor(Monitor):
             raise failures[0]
 
     def stats(self) -> DeliveryStats:
-        """Episodes: submitted, written, lost by reason; ``degraded["seal_failed"]``: chunks
-        left plain because sealing them failed."""
-        return self._ledger.snapshot(degraded=seal_failures(self._streams.values()))
+        """Episodes: submitted, written, lost by reason; ``degraded``: chunks left plain
+        because sealing them failed (``seal_failed``), ``to_record()`` calls that held the
+        event loop (``slow_to_record``)."""
+        return self._ledger.snapshot(degraded=degraded(self._streams.values(), self._records))
 
     def metrics_stats(self) -> DeliveryStats:
         """Metrics rows (one per ``log_metrics`` call): submitted, written, lost by reason."""

@@ -1,23 +1,35 @@
-"""What a record is: a Mapping, or an object with ``to_record()``, built only when encoded."""
+"""What a record is: a verifiers episode, a pydantic model, an object with ``to_record()`` or a
+Mapping; turned into what the encoder writes only when it is encoded."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal, Protocol, runtime_checkable
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import encoder
 
 __all__ = [
+    "DEFAULT_FLOAT_DECIMALS",
     "KINDS",
+    "SLOW_TO_RECORD",
     "SUBSETS",
+    "Edit",
     "Kind",
+    "Records",
     "Subset",
     "SupportsToRecord",
-    "build_record",
     "check_float_decimals",
     "check_kind",
     "line_option",
+    "record_id",
 ]
+
+log = logging.getLogger(__name__)
+
+#: Sees each model's dumped fields (or a record's dict) before they are written.
+Edit: TypeAlias = Callable[[Any, dict[str, Any]], None]
 
 Kind = Literal["train", "eval"]
 """Which episodes: training or evaluation."""
@@ -27,6 +39,13 @@ KINDS: tuple[Kind, ...] = ("train", "eval")
 SUBSETS: tuple[Subset, ...] = ("all", "effective")
 
 
+#: verifiers' own default for per-token floats (``RECORD_FLOAT_DECIMALS``), which prime-rl's
+#: file monitor keeps: the monitors' default, so a prime-rl user gets prime-rl's bytes.
+DEFAULT_FLOAT_DECIMALS: Final = 4
+#: A ``to_record()`` call that holds the event loop longer than this is reported.
+SLOW_TO_RECORD: Final = 0.020
+
+
 @runtime_checkable
 class SupportsToRecord(Protocol):
     """An episode that builds its JSON-ready form on demand (so idle episodes cost nothing)."""
@@ -34,20 +53,82 @@ class SupportsToRecord(Protocol):
     def to_record(self) -> Any: ...
 
 
-def build_record(episode: Any) -> Any:
-    """The value to encode for one episode: ``to_record()`` if it has one, else itself.
+class Records:
+    """Turns what a caller logs into what one monitor's encoder writes, and keeps count of
+    the ``to_record()`` calls that held the event loop (``slow``, warned once per type).
 
-    :param episode: A Mapping, or an object with ``to_record()``.
-    :raises TypeError: The episode is neither.
+    What each kind of episode becomes (docs/monitors.md, "What to log"):
+
+    - a verifiers ``Episode`` or ``Trace``: the bytes of ``to_record(float_decimals=...)``,
+      walked a node and a slice at a time, never built as a dict;
+    - any other object with ``to_record()``: what that returns (a dict, walked);
+    - any other pydantic model: the bytes of ``model_dump(mode="json")``, walked;
+    - a Mapping: itself, as given (``float_decimals`` does not touch it).
+
+    :param float_decimals: verifiers' ``float_decimals``: the per-token floats of its
+        episodes rounded to this many decimals, None for every digit.
     """
-    to_record = getattr(episode, "to_record", None)
-    if to_record is not None and callable(to_record):
-        return to_record()
-    if isinstance(episode, Mapping):
-        return episode
-    raise TypeError(
-        f"an episode must be a Mapping or have to_record(), not {type(episode).__name__}"
-    )
+
+    __slots__ = ("_warned", "float_decimals", "slow")
+
+    def __init__(self, float_decimals: int | None) -> None:
+        self.float_decimals = float_decimals
+        self.slow = 0
+        self._warned: set[type] = set()
+
+    def value(self, episode: Any, *, edit: Edit | None = None) -> Any:
+        """The value to encode for one episode. ``edit`` sees each model's dumped fields (or
+        the dict ``to_record()`` returned) before they are written.
+
+        :raises TypeError: The episode is none of the kinds above.
+        :raises Exception: What ``to_record()`` raised.
+        """
+        view = encoder.record_dump(episode, self.float_decimals, edit=edit)
+        if view is not None:
+            return view
+        to_record = getattr(episode, "to_record", None)
+        if to_record is not None and callable(to_record):
+            start = time.perf_counter()
+            record = to_record()
+            self._timed(type(episode), time.perf_counter() - start)
+            if edit is not None and isinstance(record, Mapping):
+                record = dict(record)
+                edit(episode, record)
+            return record
+        if hasattr(type(episode), "__pydantic_serializer__") and hasattr(episode, "model_dump"):
+            return encoder.ModelDump(episode, edit=edit)
+        if isinstance(episode, Mapping):
+            if edit is not None:
+                episode = dict(episode)
+                edit(None, episode)
+            return episode
+        raise TypeError(
+            "an episode must be a Mapping, a pydantic model or have to_record(), "
+            f"not {type(episode).__name__}"
+        )
+
+    def _timed(self, cls: type, seconds: float) -> None:
+        if seconds <= SLOW_TO_RECORD:
+            return
+        self.slow += 1
+        if cls not in self._warned:
+            self._warned.add(cls)
+            log.warning(
+                "%s.to_record() held the event loop for %.0f ms: nodewise walks verifiers "
+                "episodes and pydantic models a part at a time; hand it one of those, or a "
+                'dict (docs/monitors.md, "What to log")',
+                cls.__qualname__,
+                seconds * 1000,
+            )
+
+
+def record_id(value: Any) -> Any:
+    """The ``"id"`` a record will have, as far as it can be known before it is written."""
+    if isinstance(value, Mapping):
+        return value.get("id")
+    if isinstance(value, encoder.ModelDump):
+        return getattr(value.model, "id", None)
+    return None
 
 
 def check_kind(kind: str, subset: str) -> None:

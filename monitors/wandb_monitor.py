@@ -20,8 +20,16 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import MonitorError
-from .file import close_streams, ensure_writable_dir, seal_failures, write_episodes
-from .records import Kind, Subset, check_float_decimals, check_kind, line_option
+from .file import close_streams, degraded, ensure_writable_dir, write_episodes
+from .records import (
+    DEFAULT_FLOAT_DECIMALS,
+    Kind,
+    Records,
+    Subset,
+    check_float_decimals,
+    check_kind,
+    line_option,
+)
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
 from .traces._layout import INDEX_NAME, chunk_path, scan, sealed_path
 from .traces._sealed import DEFAULT_LEVEL
@@ -127,8 +135,10 @@ class WandbMonitor(Monitor):
     :param level: zstd's compression level for sealing.
     :param seal_on_finalize: Seal each stream's live chunk too at ``finalize`` (when
         ``compress``); False saves it plain.
-    :param float_decimals: Round the floats of episode records to this many decimals (0 to
-        17), on disk only; the records in memory are never changed. None writes every digit.
+    :param float_decimals: verifiers' ``to_record(float_decimals=...)``: the per-token floats
+        (logprobs, advantages, ...) of verifiers episodes rounded to this many decimals (0 to
+        17), verifiers' and prime-rl's default; None writes every digit. A dict or another
+        model is written as given.
     :param metrics_queue: Steps that may wait for ``run.log``; a step logged while they
         all wait is dropped (``queue_full``).
     :param init_attempts: ``wandb.init`` attempts on transient failures (``CommError``,
@@ -158,7 +168,7 @@ class WandbMonitor(Monitor):
         compress: bool = True,
         level: int = DEFAULT_LEVEL,
         seal_on_finalize: bool = True,
-        float_decimals: int | None = None,
+        float_decimals: int | None = DEFAULT_FLOAT_DECIMALS,
         metrics_queue: int = 10_000,
         init_attempts: int = 5,
         retry_base: float = 1.0,
@@ -185,6 +195,7 @@ class WandbMonitor(Monitor):
         self.level = level
         self.seal_on_finalize = seal_on_finalize
         self.float_decimals = check_float_decimals(float_decimals)
+        self._records = Records(self.float_decimals)
         self.metrics_queue = metrics_queue
         self.init_attempts = init_attempts
         self.retry_base = retry_base
@@ -335,7 +346,7 @@ class WandbMonitor(Monitor):
         """Episodes: submitted, written, lost by reason (metrics are in ``metrics_stats``);
         ``degraded["seal_failed"]``: chunks left plain because sealing them failed."""
         return self._ledger.snapshot(
-            degraded=seal_failures(stream.writer for stream in self._streams.values())
+            degraded=degraded((stream.writer for stream in self._streams.values()), self._records)
         )
 
     def metrics_stats(self) -> DeliveryStats:
@@ -441,7 +452,6 @@ class WandbMonitor(Monitor):
                 compress=self.compress,
                 level=self.level,
                 seal_on_close=self.seal_on_finalize,
-                float_decimals=self.float_decimals,
             )
             stream = self._streams[key] = _Stream(writer)
         return stream
@@ -458,7 +468,8 @@ class WandbMonitor(Monitor):
         ``FileMonitor`` does; full chunks that are final by now (sealed, without
         ``compress``: rolled past) are then handed to W&B.
 
-        :param episodes: Mappings, or objects with ``to_record()``.
+        :param episodes: verifiers episodes, pydantic models, objects with ``to_record()``, or
+            Mappings (``Records``).
         :param step: The training step they belong to.
         :param kind: ``"train"`` or ``"eval"``.
         :param subset: ``"all"`` or ``"effective"``.
@@ -478,7 +489,7 @@ class WandbMonitor(Monitor):
             return
         stream = self._stream(kind, subset)
         chunk = await write_episodes(
-            stream.writer, batch, ledger, step=step, kind=kind, subset=subset
+            stream.writer, batch, ledger, self._records, step=step, kind=kind, subset=subset
         )
         stream.rolled_to(chunk)
         if stream.waiting():

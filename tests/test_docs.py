@@ -73,12 +73,18 @@ def _monitors(module: ModuleType, tmp: Path) -> None:
     assert stats["FileMonitor"].delivered == 24
 
 
+def _objects(module: ModuleType, tmp: Path) -> None:
+    read, want = module.main(tmp)
+    assert read == want
+
+
 RUNS: dict[str, Callable[[ModuleType, Path], None]] = {
     "aiohttp_stream.py": _stream,
     "aiohttp_upload.py": _upload,
     "jsonl.py": _jsonl,
     "trio_save.py": _trio,
     "monitors_run.py": _monitors,
+    "log_objects.py": _objects,
 }
 
 

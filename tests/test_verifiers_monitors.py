@@ -22,6 +22,7 @@ import verifiers.v1.graph as vf_graph  # type: ignore[import-untyped]
 import verifiers.v1.trace as vf_trace  # type: ignore[import-untyped]
 import verifiers.v1.types as vf_types  # type: ignore[import-untyped]
 from prime_runs.sinks import stamp_run
+from streams import stream_lines
 from verifiers.v1.configs.agent import WireAgentConfig  # type: ignore[import-untyped]
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.state import State  # type: ignore[import-untyped]
@@ -84,17 +85,25 @@ def built_episode(seed: int, kind: Kind, *, turns: int, tokens: int) -> Any:
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("wandb_offline")
-@pytest.mark.parametrize("kind", ["train", "eval"])
-async def test_verifiers_episodes_through_every_monitor(tmp_path: Path, kind: Kind) -> None:
+@pytest.mark.parametrize(("kind", "decimals"), [("train", 4), ("eval", 4), ("train", None)])
+async def test_verifiers_episodes_through_every_monitor(
+    tmp_path: Path, kind: Kind, decimals: int | None
+) -> None:
+    """Each monitor writes verifiers' ``to_record(float_decimals=...)`` of each episode, with
+    the monitors' ``float_decimals`` (4 by default, as verifiers and prime-rl) passed on."""
     maker = EpisodeMaker(seed=21)
     made = [maker.episode(size, index=i).to_record() for i, size in enumerate(SIZES)]
     episodes = [WireEpisode.model_validate(record) for record in made]
     episodes += [built_episode(i, kind, turns=3 + i, tokens=500 * (i + 1)) for i in range(3)]
-    records = [episode.to_record() for episode in episodes]  # verifiers' own JSON form
+    # verifiers' own JSON form
+    records = [episode.to_record(float_decimals=decimals) for episode in episodes]
+    given = {} if decimals == 4 else {"float_decimals": decimals}
     with TracesServer(api_key=KEY, keep_lines=True) as server:
-        files = FileMonitor(tmp_path / "files")
-        prime = PrimeMonitor(api_key=KEY, traces_url=server.url, base_url=server.url, run_id=RUN)
-        wandb = WandbMonitor(project="verifiers", mode="offline", dir=tmp_path / "wandb")
+        files = FileMonitor(tmp_path / "files", **given)
+        prime = PrimeMonitor(
+            api_key=KEY, traces_url=server.url, base_url=server.url, run_id=RUN, **given
+        )
+        wandb = WandbMonitor(project="verifiers", mode="offline", dir=tmp_path / "wandb", **given)
         async with Monitors(files, prime, wandb) as monitors:
             await monitors.log_episodes(episodes, step=3, kind=kind, subset="all")
         for monitor in (files, prime, wandb):
@@ -102,11 +111,14 @@ async def test_verifiers_episodes_through_every_monitor(tmp_path: Path, kind: Ki
             assert (stats.submitted, stats.delivered, stats.lost) == (7, 7, {}), monitor
         stored = server.lines()
         traces = [r for r in server.requests() if r["path"] == "/api/v1/traces"]
-    # The file and W&B streams: verifiers' records, loaded back by verifiers' models.
+    # The file and W&B streams: verifiers' records, byte for byte, loaded back by verifiers'
+    # models.
+    lines = [orjson.dumps(record) + b"\n" for record in records]
     for monitor in (files, wandb):
-        read = list(read_records(monitor.stream_dir(kind, "all")))
-        assert read == records
-        assert [WireEpisode.model_validate(r).to_record() for r in read] == records
+        stream = monitor.stream_dir(kind, "all")
+        assert stream_lines(stream) == lines
+        read = list(read_records(stream))
+        assert [WireEpisode.model_validate(r).to_record(float_decimals=None) for r in read] == read
     # The service's copy: the same records keyed to the run, as prime-runs keys them.
     assert sorted(stored) == sorted(orjson.dumps(stamp_run(r, RUN, kind)) for r in records)
     for line in stored:

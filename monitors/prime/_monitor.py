@@ -20,7 +20,15 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 import encoder
 
 from ..base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
-from ..records import Kind, Subset, build_record, check_kind, line_option
+from ..records import (
+    DEFAULT_FLOAT_DECIMALS,
+    Kind,
+    Records,
+    Subset,
+    check_float_decimals,
+    check_kind,
+    line_option,
+)
 from ._batch import Batch, BatchBuilder, Keys
 from ._client import Attempts, Client
 from ._config import (
@@ -32,7 +40,7 @@ from ._config import (
     PrimeConfig,
     Secret,
 )
-from ._stamp import stamp_run
+from ._stamp import Stamp
 from ._worker import Worker, result
 
 __all__ = ["PrimeMonitor"]
@@ -103,8 +111,8 @@ class PrimeMonitor(Monitor):
     """Uploads episodes to the Prime Traces API and metrics to the Prime API.
 
     ``log_episodes`` and ``log_metrics`` never wait on the network: they queue and return.
-    In the background, each queued episode is built (``to_record()``) and encoded on the
-    loop as soon as it comes, so that what the monitor holds is known to the byte: an
+    In the background, each queued episode is encoded on the loop as soon as it comes (a
+    verifiers episode or pydantic model walked a part at a time, ``monitors.records``), so that what the monitor holds is known to the byte: an
     episode whose line would take it past ``queue_bytes`` is dropped and counted
     ``queue_full`` (docs/design.md D8). Lines are gathered into NDJSON batches, hashed and
     gzipped in the monitor's worker thread (D10) and streamed to the server (D11); a retry
@@ -154,6 +162,11 @@ class PrimeMonitor(Monitor):
     :param metrics_queue: most metrics posts waiting in their queue.
     :param option: encoder options (``encoder.OPT_*``) for each episode's line.
     :param default: called for values the encoder cannot serialize, as in orjson.
+    :param float_decimals: verifiers' ``to_record(float_decimals=...)``: the per-token floats
+        of verifiers episodes rounded to this many decimals (0 to 17), verifiers' and
+        prime-rl's default; None sends every digit. A dict or another model is sent as given.
+    :raises ValueError: ``float_decimals`` is not None nor an int from 0 to 17 (and the
+        other settings' own checks).
     """
 
     def __init__(
@@ -178,10 +191,13 @@ class PrimeMonitor(Monitor):
         metrics_queue: int = 1_000,
         option: int = 0,
         default: Callable[[Any], Any] | None = None,
+        float_decimals: int | None = DEFAULT_FLOAT_DECIMALS,
     ) -> None:
         # The key is wrapped at once, so no repr, traceback local or log shows it.
         self._api_key = None if api_key is None else Secret(api_key)
         self.stamp_run = stamp_run
+        self.float_decimals = check_float_decimals(float_decimals)
+        self._records = Records(self.float_decimals)
         self._codes_logged: set[str] = set()  # rejection codes whose message was logged
         if isinstance(queue_bytes, bool) or not isinstance(queue_bytes, int) or queue_bytes < 1:
             raise ValueError(f"queue_bytes must be a positive integer, not {queue_bytes!r}")
@@ -404,8 +420,10 @@ class PrimeMonitor(Monitor):
                 )
 
     def stats(self) -> DeliveryStats:
-        """Episodes: submitted, delivered, lost by reason (metrics are in ``metrics_stats``)."""
-        return self._ledger.snapshot()
+        """Episodes: submitted, delivered, lost by reason (metrics are in ``metrics_stats``);
+        ``degraded["slow_to_record"]``: ``to_record()`` calls that held the event loop."""
+        slow = self._records.slow
+        return self._ledger.snapshot(degraded={"slow_to_record": slow} if slow else None)
 
     def metrics_stats(self) -> DeliveryStats:
         """Metrics posts (one per ``log_metrics`` call): submitted, delivered, lost."""
@@ -637,10 +655,9 @@ class PrimeMonitor(Monitor):
         config = self.config
         assert config is not None
         ledger = self._ledger
+        stamp = Stamp(config.run_id, kind) if self.stamp_run else None
         try:
-            record = build_record(episode)
-            if self.stamp_run:
-                record = stamp_run(record, config.run_id, kind)
+            record = self._records.value(episode, edit=stamp)
         except Exception as exc:
             ledger.lost["bad_record"] += 1
             log.warning("step %d: episode has no record: %r", step, exc)
@@ -670,7 +687,13 @@ class PrimeMonitor(Monitor):
             log.warning("step %d: episode not encoded: %s", step, exc)
             return None
         # As prime-runs chooses it: a record with member traces is an episode, else a trace.
-        line_format = "episode" if isinstance(record, Mapping) and "traces" in record else "trace"
+        if stamp is not None:
+            traces = stamp.traces
+        elif isinstance(record, Mapping):
+            traces = "traces" in record
+        else:
+            traces = isinstance(getattr(getattr(record, "model", None), "traces", None), list)
+        line_format = "episode" if traces else "trace"
         self._held += length
         return chunks, length, line_format
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["stamp_run"]
+__all__ = ["Stamp", "stamp_run"]
 
 
 def stamp_run(record: Any, run_id: str, run_type: str) -> Any:
@@ -36,6 +36,41 @@ def stamp_run(record: Any, run_id: str, run_type: str) -> Any:
             for member in members
         ]
     return stamped
+
+
+class Stamp:
+    """``stamp_run`` as an ``edit`` of the encoder's ``ModelDump``: it sees the episode's
+    dumped fields first, then each member trace's (or, where the members were dumped with
+    the episode, their dicts there), and sets ``run`` on each as ``stamp_run`` does on a
+    record. ``traces`` says whether the record has member traces (prime-runs' line format).
+    """
+
+    __slots__ = ("members", "run", "run_id", "run_type", "traces")
+
+    def __init__(self, run_id: str, run_type: str) -> None:
+        self.run_id = run_id
+        self.run_type = run_type
+        self.run: dict[str, Any] | None = None
+        self.members: set[int] = set()
+        self.traces = False
+
+    def __call__(self, model: Any, fields: dict[str, Any]) -> None:
+        if self.run is None:
+            run = self.run = fields["run"] = _rekey(fields.get("run"), self.run_id, self.run_type)
+            members = fields.get("traces")
+            self.traces = "traces" in fields
+            if isinstance(members, list):
+                fields["traces"] = [
+                    {**m, "run": _rekey(m.get("run") or run, self.run_id, self.run_type)}
+                    if isinstance(m, Mapping)
+                    else m
+                    for m in members
+                ]
+            elif "traces" not in fields and isinstance(getattr(model, "traces", None), list):
+                self.traces = True  # walked on their own: each comes back here
+                self.members = {id(m) for m in model.traces}
+        elif id(model) in self.members:
+            fields["run"] = _rekey(fields.get("run") or self.run, self.run_id, self.run_type)
 
 
 def _rekey(run: Any, run_id: str, run_type: str) -> dict[str, Any]:

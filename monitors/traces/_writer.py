@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
@@ -18,6 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 import encoder
 
+from .. import records
 from .._files import write_all
 from ..errors import TraceFormatError, TraceWriteError
 from ..records import check_float_decimals, line_option
@@ -303,7 +304,7 @@ class TraceWriter:
                     await self._roll()
                     start = 0
                     length = await self._stream(value, limit=None)
-                record_id, idh = row_for_id(value.get("id") if isinstance(value, Mapping) else None)
+                record_id, idh = row_for_id(records.record_id(value))
                 row = IndexRow(self._chunk, start, length, step, kind, subset, record_id, idh)
                 await anyio.to_thread.run_sync(write_all, self._index_fd, encode_row(row))
             except BaseException as exc:
