@@ -77,21 +77,17 @@ round_slice(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
-    long ndigits = PyLong_AsLong(args[3]);
+    int overflow = 0;
+    long ndigits = PyLong_AsLongAndOverflow(args[3], &overflow);
     if (PyErr_Occurred())
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(values);
-    if (start < 0)
-        start = 0;
-    if (stop > n)
-        stop = n;
-    if (stop < start)
-        stop = start;
-    int fast = ndigits >= 0 && ndigits <= 22;
-    PyObject *out = PyList_New(stop - start);
+    /* values[start:stop], as a slice reads it */
+    Py_ssize_t count = PySlice_AdjustIndices(PyList_GET_SIZE(values), &start, &stop, 1);
+    int fast = !overflow && ndigits >= 0 && ndigits <= 22;
+    PyObject *out = PyList_New(count);
     if (out == NULL)
         return NULL;
-    for (Py_ssize_t i = start; i < stop; i++) {
+    for (Py_ssize_t i = start; i < start + count; i++) {
         PyObject *item = PyList_GET_ITEM(values, i);
         PyObject *result;
         double r;

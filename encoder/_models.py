@@ -140,14 +140,16 @@ class ModelDump:
     def __repr__(self) -> str:
         return f"ModelDump({type(self.model).__name__})"
 
-    def items(self, small: tuple[int, int] = (16, 64)) -> tuple[list[tuple[str, Any]], bool]:
+    def items(self, small: tuple[int, int] = (16, 64)) -> tuple[Any, bool | None]:
         """The model's keys and values in pydantic's order: JSON-ready values, with
         ``ModelDump``, ``ModelList`` and ``RoundedFloats`` where a part is walked on its own;
-        and whether any part is. ``small``: the walk's ``Limits.model_list`` and
-        ``model_floats``."""
+        and whether any part is. A dump that is not a dict (a root model's, a model
+        serializer's) comes back as it is, with None. ``small``: the walk's
+        ``Limits.model_list`` and ``model_floats``."""
         form = self.form
         if self.whole is not None:
-            return list(self.whole().items()), False
+            record = self.whole()
+            return (list(record.items()), False) if type(record) is dict else (record, None)
         model = self.model
         plan = _plan(type(model))
         exclude = self.exclude
@@ -165,6 +167,8 @@ class ModelDump:
                 if part is not None:
                     parts[name] = part
         dumped = self.dump(_without(exclude, parts) if parts else exclude)
+        if type(dumped) is not dict:  # a root model, a model serializer's own value
+            return dumped, None
         written: Any = dumped
         if form.edit is not None:
             written = set(dumped)  # a key the edit adds goes last, as on the dumped dict
@@ -174,9 +178,10 @@ class ModelDump:
         assert plan is not None
         out: list[tuple[str, Any]] = []
         pop = dumped.pop
+        keys = _keys(type(model))
         for name in attrs:
             walked = plan.get(name)
-            key = walked.key if walked is not None else name
+            key = keys.get(name, name)
             part = parts.get(name)
             if part is not None:
                 if walked is None or not walked.excluded_if(attrs[name]):
@@ -279,6 +284,21 @@ class _Field:
 
 
 _PLANS: dict[type, dict[str, _Field] | None] = {}
+_KEYS: dict[type, dict[str, str]] = {}
+
+
+def _keys(cls: type) -> dict[str, str]:
+    """The key pydantic writes for each field whose key is not its name (an alias, where
+    the class serializes by alias)."""
+    keys = _KEYS.get(cls)
+    if keys is None:
+        keys = {}
+        if getattr(cls, "model_config", {}).get("serialize_by_alias", False):
+            for name, info in getattr(cls, "__pydantic_fields__", {}).items():
+                if info.serialization_alias and info.serialization_alias != name:
+                    keys[name] = info.serialization_alias
+        _KEYS[cls] = keys
+    return keys
 _DEEP: dict[type, bool] = {}
 
 

@@ -267,9 +267,10 @@ class Walker:
         self.inner = settings.inner
         self.indent = settings.indent
         self.decimals = settings.decimals
-        # Model frames open: inside one, floats are written as pydantic dumped them
-        # (``float_decimals`` reaches only verifiers' per-token floats there).
-        self.models = 0
+        # Where the walk of each model open began (stack lengths): inside one, floats are
+        # written as pydantic dumped them (``float_decimals`` reaches only verifiers'
+        # per-token floats there).
+        self.plain: list[int] = []
         self.wrote_models = False
         self.small = (limits.model_list, limits.model_floats)
         # A string this long is written whole: at most ``str_bytes`` even if every character
@@ -432,6 +433,7 @@ class Walker:
         A step that writes nothing yields ``b""``, so a driver can look at its clock.
         """
         stack = self.stack
+        plain = self.plain
         steps = _STEPS
         out: list[Piece] = []
         self.enter(self.obj, None, 0, 0, out)
@@ -440,6 +442,10 @@ class Walker:
             out.clear()
             frame = stack[-1]
             request = steps[type(frame)](self, frame, out)
+            while plain and len(stack) <= plain[-1]:  # a model's walk is done
+                plain.pop()
+                if not plain:
+                    self.decimals = self.settings.decimals
             if request is not None:
                 assert type(frame) is _Container
                 self.received(frame, (yield request))
@@ -743,13 +749,22 @@ class Walker:
             name = type(view.model).__name__
             raise self.error(f"{name}.model_dump failed: {exc}", extra=path) from exc
         self.wrote_models = True
+        start = len(self.stack)
+        if parted is None:  # not a dict: written as any value, and rounded no further
+            decimals, self.decimals = self.decimals, None
+            self.enter(items, path, depth, chain, out)
+            if len(self.stack) > start:
+                self.plain.append(start)  # walked on: no rounding until it is done
+            else:
+                self.decimals = decimals
+            return
         if not parted and self.decimals is None:
             self.enter(dict(items), path, depth, chain, out)
             return
         if self.settings.sort:
             items = self.sorted_items(items)
         self.push(view, path, depth, chain, is_map=True, block=items)
-        self.models += 1
+        self.plain.append(start)
         self.decimals = None
         out.append(b"{")
 
@@ -900,10 +915,6 @@ class Walker:
         self.stack.pop()
         if type(frame) is _Container:
             self.leave_container(frame.origin)
-            if self.models and type(frame.origin) is ModelDump:
-                self.models -= 1
-                if not self.models:
-                    self.decimals = self.settings.decimals
         elif type(frame) is _Array:
             self.leave_container(frame.array)
 
