@@ -51,6 +51,7 @@ bench: $(VENV)/.synced
 	$(RUN) -m bench.file_monitor
 	$(RUN) -m bench.seal
 	$(RUN) -m bench.prime_monitor
+	$(RUN) -m bench.objects
 	$(RUN) -m bench.production
 	$(RUN) -m bench.adversarial
 

@@ -141,9 +141,11 @@ def during_runs(report: LoadtestReport, stalls: Sequence[Stall]) -> list[tuple[s
     return found
 
 
-def summary(found: Sequence[tuple[str, Stall]], *, longest: int = 8) -> str:
+def summary(
+    found: Sequence[tuple[str, Stall]], *, longest: int = 8, threshold_ms: float = THRESHOLD_MS
+) -> str:
     lines = [
-        f"Stalls of the loop over {THRESHOLD_MS:g} ms during the runs (a task noting the time "
+        f"Stalls of the loop over {threshold_ms:g} ms during the runs (a task noting the time "
         f"every {EVERY_S * 1e3:g} ms; a thread of the same process waking as often): "
         f"{len(found)}; "
         + ", ".join(f"{k}: {sum(s.kind == k for _, s in found)}" for k in (RUNNING, STILL, BLOCKED))
