@@ -60,8 +60,8 @@ slow_round(PyObject *item, PyObject *py_ndigits)
 PyDoc_STRVAR(round_slice_doc,
 "round_slice(values, start, stop, ndigits, /)\n--\n\n"
 "A new list: round(v, ndigits) of each of values[start:stop], as a float (an int or bool is\n"
-"converted as pydantic writes it into a float field). Raises TypeError on a value that is\n"
-"neither a float nor an int.");
+"converted as pydantic writes it into a float field); ndigits None: each value as a float,\n"
+"not rounded. Raises TypeError on a value that is neither a float nor an int.");
 
 static PyObject *
 round_slice(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -78,7 +78,8 @@ round_slice(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
     int overflow = 0;
-    long ndigits = PyLong_AsLongAndOverflow(args[3], &overflow);
+    int keep = args[3] == Py_None; /* no rounding: floats as they are */
+    long ndigits = keep ? 0 : PyLong_AsLongAndOverflow(args[3], &overflow);
     if (PyErr_Occurred())
         return NULL;
     /* values[start:stop], as a slice reads it */
@@ -91,7 +92,12 @@ round_slice(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *item = PyList_GET_ITEM(values, i);
         PyObject *result;
         double r;
-        if (PyFloat_CheckExact(item)) {
+        if (keep && PyFloat_CheckExact(item)) {
+            Py_INCREF(item);
+            result = item;
+        } else if (keep && (PyLong_Check(item) || PyFloat_Check(item))) {
+            result = PyNumber_Float(item);
+        } else if (PyFloat_CheckExact(item)) {
             if (fast && fast_round(PyFloat_AS_DOUBLE(item), (int)ndigits, &r) == 0)
                 result = PyFloat_FromDouble(r);
             else

@@ -26,12 +26,14 @@ try:
     from ._cround import round_slice
 except ImportError:  # built without a C compiler
 
-    def round_slice(values: list[object], start: int, stop: int, ndigits: int, /) -> list[float]:
+    def round_slice(
+        values: list[object], start: int, stop: int, ndigits: int | None, /
+    ) -> list[float]:
         out = []
         for value in values[start:stop]:
             if not isinstance(value, (float, int)):
                 raise TypeError(f"round_slice: {type(value).__name__} is not a float")
-            out.append(float(round(value, ndigits)))
+            out.append(float(value if ndigits is None else round(value, ndigits)))
         return out
 
 
@@ -218,12 +220,13 @@ class ModelList:
 
 
 class RoundedFloats:
-    """A list of floats read as ``round(v, decimals)`` of each, in C: what verifiers'
-    serializer makes of its per-token floats. A slice is a new list; nothing else is."""
+    """A list of floats read as ``round(v, decimals)`` of each (as floats, not rounded, where
+    ``decimals`` is None), in C: what verifiers' serializer, then pydantic, make of its
+    per-token floats. A slice is a new list; nothing else is."""
 
     __slots__ = ("decimals", "values")
 
-    def __init__(self, values: list[Any], decimals: int) -> None:
+    def __init__(self, values: list[Any], decimals: int | None) -> None:
         self.values = values
         self.decimals = decimals
 
@@ -240,21 +243,24 @@ class RoundedFloats:
 class _Field:
     """How one field of a model class may be walked on its own."""
 
-    __slots__ = ("exclude_if", "key", "lists", "models", "rounds")
+    __slots__ = ("exclude_if", "key", "lists", "models", "numbers", "rounds")
 
     def __init__(
         self,
         key: str,
         exclude_if: Any,
-        lists: frozenset[type],
-        models: frozenset[type],
-        rounds: bool,
+        lists: frozenset[type] = frozenset(),
+        models: frozenset[type] = frozenset(),
+        *,
+        rounds: bool = False,
+        numbers: bool = False,
     ) -> None:
         self.key = key
         self.exclude_if = exclude_if
         self.lists = lists  # classes a list of sub-models may hold
         self.models = models  # classes of a sub-model worth walking on its own
         self.rounds = rounds  # verifiers' rounded per-token floats
+        self.numbers = numbers  # a list of ints or bools, written as it is
 
     def excluded_if(self, value: Any) -> bool:
         return self.exclude_if is not None and bool(self.exclude_if(value))
@@ -263,11 +269,12 @@ class _Field:
         """What this field's value is walked as, or None: left to pydantic's dump."""
         t = type(value)
         if self.rounds:
-            if t is list and spec is None:
-                decimals = form.rounding()
-                if decimals is not None and value:
-                    return RoundedFloats(value, decimals)
+            if t is list and spec is None and value:
+                return RoundedFloats(value, form.rounding())
             return None
+        if self.numbers:
+            # Token ids, masks: the list itself, not pydantic's copy of it.
+            return value if t is list and spec is None and len(value) > small[1] else None
         if t is list and self.lists and value:
             kinds = set(map(type, value))
             # A short list of small models is dumped with the rest.
@@ -336,14 +343,17 @@ def _make_plan(cls: type) -> dict[str, _Field] | None:
         key = (info.serialization_alias or name) if by_alias else name
         if name in serialized:
             if serialized[name]:
-                plan[name] = _Field(key, info.exclude_if, frozenset(), frozenset(), True)
+                plan[name] = _Field(key, info.exclude_if, rounds=True)
             continue
         if any(_custom(m) for m in info.metadata):
+            continue
+        if _number_list(info.annotation):
+            plan[name] = _Field(key, info.exclude_if, numbers=True)
             continue
         lists, models = _classes(info.annotation)
         models = frozenset(m for m in models if _deep(m))
         if lists or models:
-            plan[name] = _Field(key, info.exclude_if, lists, models, False)
+            plan[name] = _Field(key, info.exclude_if, lists, models)
     return plan or None
 
 
@@ -367,6 +377,17 @@ def _classes(annotation: Any) -> tuple[frozenset[type], frozenset[type]]:
     return frozenset(lists), frozenset(models)
 
 
+def _number_list(annotation: Any) -> bool:
+    """A ``list[int]`` or ``list[bool]`` (or either or None): pydantic writes its elements
+    as they are, as orjson does."""
+    arms = [arm for arm in _arms(annotation) if arm is not type(None)]
+    return (
+        len(arms) == 1
+        and typing.get_origin(arms[0]) is list
+        and typing.get_args(arms[0]) in ((int,), (bool,))
+    )
+
+
 def _arms(annotation: Any) -> list[Any]:
     """The alternatives of a union (``X | None``), ``Annotated`` stripped."""
     origin = typing.get_origin(annotation)
@@ -388,7 +409,9 @@ def _deep(cls: type) -> bool:
         return _DEEP[cls]
     _DEEP[cls] = False  # while it is being found (a class that holds itself)
     plan = _plan(cls)
-    deep = plan is not None and any(f.rounds or f.lists or f.models for f in plan.values())
+    deep = plan is not None and any(
+        f.rounds or f.lists or f.models or f.numbers for f in plan.values()
+    )
     _DEEP[cls] = deep
     return deep
 
@@ -405,7 +428,7 @@ def _large(model: Any, small: tuple[int, int]) -> bool:
         if value is None:
             continue
         t = type(value)
-        if field.rounds:
+        if field.rounds or field.numbers:
             if t is list and len(value) > small[1]:
                 return True
         elif t is list:

@@ -385,3 +385,18 @@ def test_ndigits_beyond_a_c_long(ndigits: int) -> None:
     assert [_bits(x) for x in FALLBACK(values, 0, 3, ndigits)] == [_bits(x) for x in expected]
     assert C_ROUND_SLICE is not None
     assert [_bits(x) for x in C_ROUND_SLICE(values, 0, 3, ndigits)] == [_bits(x) for x in expected]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.booleans(), st.integers(-(2**60), 2**60), plain_floats, specials), max_size=12
+    )
+)
+def test_no_ndigits_is_each_value_as_a_float(values: list[Any]) -> None:
+    """``ndigits=None``: what pydantic writes into a float field (verifiers' per-token floats
+    with ``float_decimals=None``): floats as they are, ints and bools as floats."""
+    for impl in IMPLS.values():
+        got = impl(values, 0, len(values), None)  # type: ignore[arg-type]
+        assert [_bits(x) for x in got] == [_bits(float(v)) for v in values]
+        assert all(type(x) is float for x in got)
