@@ -306,6 +306,8 @@ def _keys(cls: type) -> dict[str, str]:
                     keys[name] = info.serialization_alias
         _KEYS[cls] = keys
     return keys
+
+
 _DEEP: dict[type, bool] = {}
 
 
