@@ -81,6 +81,8 @@ docs-data: $(VENV)/.synced
 	$(RUN) -m bench.seal --md docs/data/seal.md
 	$(RUN) -m bench.prime_monitor > docs/data/prime_monitor.md.tmp
 	mv docs/data/prime_monitor.md.tmp docs/data/prime_monitor.md
+	$(RUN) -m bench.objects > docs/data/objects.md.tmp
+	mv docs/data/objects.md.tmp docs/data/objects.md
 	$(RUN) docs/record_lag.py
 	$(RUN) -m bench.loadtest --baseline --verbose --no-progress --json docs/data/loadtest.json > docs/data/loadtest.md.tmp
 	mv docs/data/loadtest.md.tmp docs/data/loadtest.md

@@ -20,9 +20,10 @@ production-like record (``monitors.testing.EpisodeMaker``, the benchmarks' maker
    ``TracesServer`` on 127.0.0.1, at nice +10 as in ``bench.prime_monitor``), both with
    ``float_decimals=4``, logging five episodes of 1 to 35 MB one call each, then one of 60 MB,
    while a probe samples the event loop every 1 ms (``LoopLagProbe``, paused while the next
-   object is built; the objects kept alive until it stops, then freed and timed apart). What
-   each wrote or stored is read back and compared with ``orjson.dumps(to_record())`` of the
-   same episode.
+   object is built). FileMonitor's objects are kept alive until it stops, then freed and
+   timed apart; PrimeMonitor's are dropped once logged, so that its queue holds their last
+   reference. What each wrote or stored is read back and compared with
+   ``orjson.dumps(to_record())`` of the same episode.
 """
 
 from __future__ import annotations
@@ -395,12 +396,16 @@ class MonitorRun:
     stalls: list[Stall] = field(default_factory=list)  # with --stalls
 
 
-async def drive(monitor: Monitor, run: MonitorRun, *, stalls: bool = False) -> None:
+async def drive(
+    monitor: Monitor, run: MonitorRun, *, stalls: bool = False, keep: bool = True
+) -> None:
     """Start the monitor, log a fresh object of each spec (one ``log_episodes`` call each,
     subset "all"), finalize; the probe samples from the first log call to the end of
-    finalize, paused while each object is built. The objects are kept until the probe has
-    stopped, as a trainer holding its batch would: freeing one is an O(size) step on whichever
-    thread drops the last reference (timed after, ``free_ms``), not the monitor's."""
+    finalize, paused while each object is built. ``keep``: the objects are kept until the
+    probe has stopped, as a trainer holding its batch would (freeing one is an O(size) step on
+    whichever thread drops the last reference, timed after: ``free_ms``); else each is dropped
+    as soon as it is logged, so the monitor holds its last reference (PrimeMonitor, whose
+    queue does, lets go of it a piece per step)."""
     watch = GcWatch()
     building = 0.0
     built: list[tuple[float, float]] = []  # when objects were built (no stall of ours)
@@ -430,7 +435,8 @@ async def drive(monitor: Monitor, run: MonitorRun, *, stalls: bool = False) -> N
                     await monitor.log_episodes([obj], step=0, subset="all")
                     run.slowest_log = max(run.slowest_log, time.perf_counter() - t0)
                     run.nbytes += episode_bytes(spec)
-                    kept.append(obj)
+                    if keep:
+                        kept.append(obj)
                     del obj
         finally:
             await monitor.finalize()
@@ -441,6 +447,7 @@ async def drive(monitor: Monitor, run: MonitorRun, *, stalls: bool = False) -> N
             for stall in sampler.stalls
             if not any(a - 0.002 <= stall.start <= b for a, b in built)
         ]
+    run.free_ms = -1.0 if not keep else 0.0
     while kept:
         c0 = time.thread_time()
         kept.pop()
@@ -502,7 +509,7 @@ async def prime_run(run: MonitorRun, stalls: bool) -> None:
             run_id=RUN_ID,
             float_decimals=DECIMALS,
         )
-        await drive(monitor, run, stalls=stalls)
+        await drive(monitor, run, stalls=stalls, keep=False)
         lines = await server.alines()
     run.check = compare_lines(lines, run, stamp=True)
 
@@ -577,7 +584,7 @@ def monitor_table(runs: list[MonitorRun], idle: LagStats) -> str:
                 _f(r.lag.max),
                 str(r.lag.count),
                 _f(r.longest_step),
-                _f(r.free_ms),
+                _f(r.free_ms) if r.free_ms >= 0 else "by the monitor",
                 _f(r.slowest_log * 1e3),
                 _f(r.wall, 1),
                 _gc(r.collections),
@@ -683,7 +690,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "loop's thread ran between two of the probe's wake-ups, a bound on any one step the "
         "monitor (or a collection) took on the loop. freeing an object: the most CPU ms "
         "dropping the last reference to one of the run's objects took, after the run (the "
-        "objects are kept alive until the probe stops, as a trainer holding its batch would; "
+        "objects are kept alive until the probe stops, as a trainer holding its batch would, for "
+        "FileMonitor; PrimeMonitor's are dropped once logged, its queue holding the last "
+        "reference, and it lets go of them a piece per step; "
         "freed on the loop, that is a step of its own). slowest log: ms inside one log_episodes "
         "call (FileMonitor's awaits the write; PrimeMonitor's only queues). wall: first log to "
         "the end of finalize, minus building. gc: collections during it by generation, "
