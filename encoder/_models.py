@@ -2,11 +2,11 @@
 a time (docs/design.md D16).
 
 A model is written from one ``model_dump`` call of its own that leaves out the fields where
-its size lies: lists of sub-models, sub-models that hold such lists, and verifiers' rounded
-per-token floats. Those are walked one sub-model, or one slice of floats, a step; everything
-else (strings are not copied, lists of numbers are copied at C speed) is pydantic's own
-output, so field serializers, aliases, extras, computed fields and ``exclude_none`` keep
-their meaning. The keys come in pydantic's order: the instance's fields as its ``__dict__``
+its size lies: lists of sub-models, sub-models that hold such lists, long lists of ints or
+bools (token ids, masks: the model's own lists, not pydantic's copies) and verifiers'
+per-token floats (rounded in C). Those are walked one sub-model, or one slice, a step;
+everything else is pydantic's own output (strings are not copied), so field serializers,
+aliases, extras, computed fields and ``exclude_none`` keep their meaning. The keys come in pydantic's order: the instance's fields as its ``__dict__``
 holds them, then extras and computed fields.
 
 Nothing here imports pydantic or verifiers: a model is known by its class's attributes, and
@@ -182,11 +182,10 @@ class ModelDump:
         pop = dumped.pop
         keys = _keys(type(model))
         for name in attrs:
-            walked = plan.get(name)
             key = keys.get(name, name)
             part = parts.get(name)
             if part is not None:
-                if walked is None or not walked.excluded_if(attrs[name]):
+                if not plan[name].excluded_if(attrs[name]):
                     out.append((key, part))
             elif key in written and key in dumped:
                 out.append((key, pop(key)))
@@ -209,9 +208,6 @@ class ModelList:
         self.models = models
         self.exclude = exclude
         self.form = form
-
-    def __len__(self) -> int:
-        return len(self.models)
 
     def views(self) -> Iterator[ModelDump]:
         exclude, form, part = self.exclude, self.form, ModelDump.part
@@ -243,11 +239,10 @@ class RoundedFloats:
 class _Field:
     """How one field of a model class may be walked on its own."""
 
-    __slots__ = ("exclude_if", "key", "lists", "models", "numbers", "rounds")
+    __slots__ = ("exclude_if", "lists", "models", "numbers", "rounds")
 
     def __init__(
         self,
-        key: str,
         exclude_if: Any,
         lists: frozenset[type] = frozenset(),
         models: frozenset[type] = frozenset(),
@@ -255,7 +250,6 @@ class _Field:
         rounds: bool = False,
         numbers: bool = False,
     ) -> None:
-        self.key = key
         self.exclude_if = exclude_if
         self.lists = lists  # classes a list of sub-models may hold
         self.models = models  # classes of a sub-model worth walking on its own
@@ -335,27 +329,27 @@ def _make_plan(cls: type) -> dict[str, _Field] | None:
     for decorator in decorators.field_serializers.values():
         func = decorator.func
         rounding = (getattr(func, "__module__", None), getattr(func, "__qualname__", None))
+        if "*" in decorator.info.fields:
+            return None  # a serializer of every field: the class is dumped whole
         for name in decorator.info.fields:
             serialized[name] = rounding == _ROUNDING and decorator.info.when_used == "json"
-    by_alias = bool(getattr(cls, "model_config", {}).get("serialize_by_alias", False))
     plan: dict[str, _Field] = {}
     for name, info in fields.items():
         if info.exclude is True:
             continue
-        key = (info.serialization_alias or name) if by_alias else name
         if name in serialized:
             if serialized[name]:
-                plan[name] = _Field(key, info.exclude_if, rounds=True)
+                plan[name] = _Field(info.exclude_if, rounds=True)
             continue
         if any(_custom(m) for m in info.metadata):
             continue
         if _number_list(info.annotation):
-            plan[name] = _Field(key, info.exclude_if, numbers=True)
+            plan[name] = _Field(info.exclude_if, numbers=True)
             continue
         lists, models = _classes(info.annotation)
         models = frozenset(m for m in models if _deep(m))
         if lists or models:
-            plan[name] = _Field(key, info.exclude_if, lists, models)
+            plan[name] = _Field(info.exclude_if, lists, models)
     return plan or None
 
 

@@ -127,7 +127,7 @@ class Settings:
         """The settings for these keywords; refuses an ``option`` exactly where orjson does.
 
         :raises EncodeError: ``option`` is not one orjson accepts.
-        :raises ValueError: ``float_decimals`` is not an int from 0 to 17.
+        :raises ValueError: ``float_decimals`` is neither None nor an int.
         """
         if option is None:
             option = 0  # as orjson reads it
@@ -137,10 +137,8 @@ class Settings:
             orjson.dumps(None, option=option)
         except TypeError:
             raise EncodeError("Invalid opts") from None
-        if float_decimals is not None and (
-            type(float_decimals) is not int or not 0 <= float_decimals <= 17
-        ):
-            raise ValueError("float_decimals must be an int from 0 to 17")
+        if float_decimals is not None and type(float_decimals) is not int:
+            raise ValueError(f"float_decimals must be an int or None, not {float_decimals!r}")
         plain = _JSON_TYPES if option & OPT_PASSTHROUGH_DATETIME else _JSON_TYPES | _DATETIMES
         return cls(
             option=option,

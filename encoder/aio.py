@@ -70,8 +70,10 @@ def aiterencode(
     :param chunk_size: Most bytes in one chunk.
     :param budget: Seconds of encoding between two turns given to the event loop.
     :param iterables: Also encode iterators and async iterables as arrays.
-    :param float_decimals: Round every float to this many decimals (0 to 17); None writes
-        floats as they are.
+    :param float_decimals: Round every float of plain data to this many decimals (any int),
+        as ``round`` does; a verifiers episode or trace takes it as its
+        ``to_record(float_decimals=...)``, and a pydantic model is written as dumped. None
+        writes floats as they are.
     :returns: An async iterator of ``bytes`` chunks.
     :raises EncodeError: A node cannot be encoded (after the chunks before it), or
         ``option`` is not one orjson accepts.
@@ -159,8 +161,10 @@ async def adump(
     :param chunk_size: Most bytes in one ``write`` call.
     :param budget: Seconds of encoding between two turns given to the event loop.
     :param iterables: Also encode iterators and async iterables as arrays.
-    :param float_decimals: Round every float to this many decimals (0 to 17); None writes
-        floats as they are.
+    :param float_decimals: Round every float of plain data to this many decimals (any int),
+        as ``round`` does; a verifiers episode or trace takes it as its
+        ``to_record(float_decimals=...)``, and a pydantic model is written as dumped. None
+        writes floats as they are.
     :returns: The number of bytes written.
     :raises EncodeError: A node cannot be encoded (what came before it is written), or
         ``option`` is not one orjson accepts.

@@ -43,8 +43,10 @@ def encode(
     :param option: orjson's ``OPT_*`` flags, combined with ``|``.
     :param default: Called with each object orjson cannot write; returns one it can.
     :param iterables: Also encode iterators (generators, ``map``, ...) as arrays.
-    :param float_decimals: Round every float to this many decimals (0 to 17), as ``round``
-        does, numpy floats included; None writes floats as they are.
+    :param float_decimals: Round every float of plain data to this many decimals (any int),
+        as ``round`` does, numpy floats included; a verifiers episode or trace takes it as its
+        ``to_record(float_decimals=...)``, and a pydantic model is written as dumped. None
+        writes floats as they are.
     :returns: The whole document.
     :raises EncodeError: A node cannot be encoded (its path is in the error), or ``option``
         is not one orjson accepts.
@@ -90,8 +92,10 @@ def iterencode(
     :param default: Called with each object orjson cannot write; returns one it can.
     :param chunk_size: Most bytes in one chunk.
     :param iterables: Also encode iterators (generators, ``map``, ...) as arrays.
-    :param float_decimals: Round every float to this many decimals (0 to 17); None writes
-        floats as they are.
+    :param float_decimals: Round every float of plain data to this many decimals (any int),
+        as ``round`` does; a verifiers episode or trace takes it as its
+        ``to_record(float_decimals=...)``, and a pydantic model is written as dumped. None
+        writes floats as they are.
     :returns: An iterator of ``bytes`` chunks.
     :raises EncodeError: A node cannot be encoded, or ``option`` is not one orjson accepts.
     :raises ValueError: ``chunk_size`` is not a positive int, or ``float_decimals`` is out
@@ -145,8 +149,10 @@ def dump(
     :param default: Called with each object orjson cannot write; returns one it can.
     :param chunk_size: Most bytes in one ``write`` call.
     :param iterables: Also encode iterators (generators, ``map``, ...) as arrays.
-    :param float_decimals: Round every float to this many decimals (0 to 17); None writes
-        floats as they are.
+    :param float_decimals: Round every float of plain data to this many decimals (any int),
+        as ``round`` does; a verifiers episode or trace takes it as its
+        ``to_record(float_decimals=...)``, and a pydantic model is written as dumped. None
+        writes floats as they are.
     :returns: The number of bytes written.
     :raises EncodeError: A node cannot be encoded, or ``option`` is not one orjson accepts.
     :raises ValueError: ``chunk_size`` or ``float_decimals`` is out of range.

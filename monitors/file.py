@@ -216,11 +216,11 @@ class FileMonitor(Monitor):
     :param seal_on_finalize: Seal each stream's live chunk too at ``finalize`` (when
         ``compress``); False leaves it plain.
     :param float_decimals: verifiers' ``to_record(float_decimals=...)``: the per-token floats
-        (logprobs, advantages, ...) of verifiers episodes rounded to this many decimals (0 to
-        17), verifiers' and prime-rl's default; None writes every digit. A dict or another
+        (logprobs, advantages, ...) of verifiers episodes rounded to this many decimals,
+        verifiers' and prime-rl's default; None writes every digit. A dict or another
         model is written as given.
-    :raises ValueError: ``option`` includes ``OPT_INDENT_2``, or ``float_decimals`` is not
-        None nor an int from 0 to 17.
+    :raises ValueError: ``option`` includes ``OPT_INDENT_2``, or ``float_decimals`` is
+        neither None nor an int.
     """
 
     def __init__(

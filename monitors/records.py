@@ -161,10 +161,9 @@ def check_float_decimals(float_decimals: int | None) -> int | None:
     """``float_decimals`` as the encoder takes it, refused at once (at construction) rather
     than at the first episode.
 
-    :raises ValueError: It is not None nor an int from 0 to 17.
+    :raises ValueError: It is neither None nor an int (any int, as ``round`` and verifiers
+        take).
     """
-    if float_decimals is not None and (
-        type(float_decimals) is not int or not 0 <= float_decimals <= 17
-    ):
-        raise ValueError(f"float_decimals must be an int from 0 to 17, not {float_decimals!r}")
+    if float_decimals is not None and type(float_decimals) is not int:
+        raise ValueError(f"float_decimals must be an int or None, not {float_decimals!r}")
     return float_decimals

@@ -136,8 +136,8 @@ class WandbMonitor(Monitor):
     :param seal_on_finalize: Seal each stream's live chunk too at ``finalize`` (when
         ``compress``); False saves it plain.
     :param float_decimals: verifiers' ``to_record(float_decimals=...)``: the per-token floats
-        (logprobs, advantages, ...) of verifiers episodes rounded to this many decimals (0 to
-        17), verifiers' and prime-rl's default; None writes every digit. A dict or another
+        (logprobs, advantages, ...) of verifiers episodes rounded to this many decimals,
+        verifiers' and prime-rl's default; None writes every digit. A dict or another
         model is written as given.
     :param metrics_queue: Steps that may wait for ``run.log``; a step logged while they
         all wait is dropped (``queue_full``).
@@ -146,7 +146,7 @@ class WandbMonitor(Monitor):
     :param retry_base: Seconds before the second attempt; doubled after each (30 s at most),
         then jittered.
     :raises ValueError: ``metrics_queue`` or ``init_attempts`` is below 1, ``option``
-        includes ``OPT_INDENT_2``, or ``float_decimals`` is not None nor an int from 0 to 17.
+        includes ``OPT_INDENT_2``, or ``float_decimals`` is neither None nor an int.
     """
 
     def __init__(

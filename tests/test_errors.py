@@ -298,10 +298,19 @@ def test_bad_budget(budget: float) -> None:
         collect_async([1], budget=budget, backend="trio")
 
 
-@pytest.mark.parametrize("float_decimals", [-1, 18, 2.5, "4"])
+@pytest.mark.parametrize("float_decimals", [2.5, "4", True])
 def test_bad_float_decimals(run: Callable[..., Any], float_decimals: Any) -> None:
     with pytest.raises(ValueError, match="float_decimals"):
         run([1.5], float_decimals=float_decimals)
+
+
+@pytest.mark.parametrize("float_decimals", [-1, 18, 400])
+def test_any_int_is_round_s_ndigits(float_decimals: int) -> None:
+    """As ``round`` (and verifiers' ``to_record``) takes it: negative rounds to tens."""
+    value = [1234.5678, 1.2345678912345678e-10, 5e-324]
+    want = orjson.dumps([round(v, float_decimals) for v in value])
+    assert encode(value, float_decimals=float_decimals) == want
+    assert b"".join(_sync_iter(value, float_decimals=float_decimals)) == want
 
 
 # -- what a failing stream looks like -----------------------------------------------------------

@@ -915,3 +915,22 @@ def test_a_long_list_of_sub_models_sets_off_no_more_collections_than_orjson() ->
     assert theirs > 0  # the measure sees collections at all
     assert ours <= theirs + 2, (ours, theirs)
     assert streamed <= theirs + 2, (streamed, theirs)
+
+
+def test_a_serializer_of_every_field_keeps_the_model_whole() -> None:
+    """``@field_serializer("*")`` applies to the walked fields too: such a model is dumped
+    by pydantic in one call, its lists of sub-models and numbers included."""
+    from pydantic import field_serializer
+
+    class Tagged(BaseModel):
+        ids: list[int]
+        leaves: list[Leaf]
+
+        @field_serializer("*")
+        def tag(self, value: Any) -> Any:
+            return {"tagged": value}
+
+    model = Tagged(ids=list(range(200)), leaves=leaves(40))
+    want = orjson.dumps(model.model_dump(mode="json"))
+    assert encoder.encode(model) == want
+    assert b"".join(Walker(model, limits=SMALLEST)) == want  # type: ignore[misc]

@@ -780,7 +780,7 @@ async def test_float_decimals_rounds_on_disk_only(tmp_path: Path) -> None:
     assert got[0]["nested"][1]["z"] == [1.23, 7]
     assert got[0]["ints"] == [1, 2**63, True]
     with pytest.raises(ValueError, match="float_decimals"):
-        TraceWriter(tmp_path, float_decimals=18)
+        TraceWriter(tmp_path, float_decimals=1.5)  # type: ignore[arg-type]
 
 
 # -- a seal or a roll that fails ----------------------------------------------------------

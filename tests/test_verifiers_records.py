@@ -49,7 +49,8 @@ FLOAT = st.one_of(
 )
 KEY = "sk-records"
 RUN = "run-records"
-DECIMALS = st.sampled_from([None, 0, 1, 2, 3, 4, 6, 8, 12, 17])
+#: Every ``float_decimals`` verifiers takes: None, and any int (``round``'s).
+DECIMALS = st.sampled_from([None, 0, 1, 2, 3, 4, 6, 8, 12, 17, 18, 25, 400, -1, -3])
 #: Every node cut into pieces: every list of models walked a model at a time, every list of
 #: floats rounded in C a slice at a time.
 TINY = Limits(

@@ -652,7 +652,7 @@ async def test_seal_on_finalize_false_saves_the_live_chunk_plain(tmp_path: Path)
     assert list(read_records(monitor.stream_dir("train", "effective"))) == episodes
 
 
-@pytest.mark.parametrize("bad", [-1, 18, 1.5, "3", True])
+@pytest.mark.parametrize("bad", [1.5, "3", True])
 def test_float_decimals_is_checked_at_construction(bad: Any) -> None:
     with pytest.raises(ValueError, match="float_decimals"):
         WandbMonitor(project="p", float_decimals=bad)

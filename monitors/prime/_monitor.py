@@ -167,9 +167,9 @@ class PrimeMonitor(Monitor):
     :param option: encoder options (``encoder.OPT_*``) for each episode's line.
     :param default: called for values the encoder cannot serialize, as in orjson.
     :param float_decimals: verifiers' ``to_record(float_decimals=...)``: the per-token floats
-        of verifiers episodes rounded to this many decimals (0 to 17), verifiers' and
+        of verifiers episodes rounded to this many decimals, verifiers' and
         prime-rl's default; None sends every digit. A dict or another model is sent as given.
-    :raises ValueError: ``float_decimals`` is not None nor an int from 0 to 17 (and the
+    :raises ValueError: ``float_decimals`` is neither None nor an int (and the
         other settings' own checks).
     """
 

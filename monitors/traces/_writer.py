@@ -95,7 +95,7 @@ class TraceWriter:
     :param float_decimals: Round floats to this many decimals on disk (the encoder's
         ``float_decimals``; the record itself is never changed), or None for every digit.
     :raises ValueError: ``chunk_bytes`` is not positive, ``option`` includes
-        ``OPT_INDENT_2``, or ``float_decimals`` is not an int from 0 to 17.
+        ``OPT_INDENT_2``, or ``float_decimals`` is neither None nor an int.
     """
 
     def __init__(
