@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from prime_runs.sinks import stamp_run
 from verifiers.v1.episode import WireEpisode  # type: ignore[import-untyped]
 
 import encoder
 from monitors import FileMonitor, LagStats, LoopLagProbe, Monitor, PrimeMonitor
 from monitors.loadtest._measure import GcWatch, lower_priority
-from monitors.prime._stamp import stamp_run
 from monitors.testing import TracesServer
 from monitors.testing.episodes import lognormal_sizes
 from monitors.traces import TraceReader
@@ -699,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "longest pause.",
         "- bytes equal: each written (read back with TraceReader) or stored (TracesServer "
         "keep_lines) line == orjson.dumps(obj.to_record()) of a fresh object of the same "
-        "episode (for PrimeMonitor stamped with the run, monitors.prime._stamp.stamp_run).",
+        "episode (for PrimeMonitor stamped with the run, prime_runs.sinks.stamp_run).",
     ]
     for r in runs:
         if r.error is not None:

@@ -147,8 +147,8 @@ async def write_episodes(
 ) -> int:
     """Append each episode's record to ``writer``, in order, counting each in ``ledger``:
     delivered once written, else lost as ``bad_record`` (not a record, or ``to_record()``
-    raised; the rest go on), ``encode_error`` (likewise), ``write_error`` or ``cancelled`` (this one and the rest,
-    then the error is raised).
+    raised; the rest go on), ``encode_error`` (likewise), ``write_error`` or ``cancelled``
+    (this one and the rest, then the error is raised).
 
     :param writer: The stream to append to.
     :param batch: The episodes.

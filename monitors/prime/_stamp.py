@@ -3,8 +3,9 @@
 The Traces service reads a trace's run from ``run.id`` inside the trace itself; verifiers
 records the run on the episode. prime-runs (``prime_runs.sinks.stamp_run``) therefore sets
 ``run.id`` and ``run.type`` on the episode and on every member trace before it uploads, and
-so does the monitor. The tests hold the two to the same bytes. prime-runs is not a
-dependency for these few lines: it brings httpx and pydantic to every install.
+so does the monitor, as it walks the record (a dict, or a model it never turns into one).
+The tests hold the two to the same bytes. prime-runs is not a dependency for these few
+lines: it brings httpx to every install.
 """
 
 from __future__ import annotations
@@ -12,37 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Stamp", "stamp_run"]
-
-
-def stamp_run(record: Any, run_id: str, run_type: str) -> Any:
-    """``record`` with ``run.id`` and ``run.type`` set on it and on each member trace (a
-    member without a ``run`` takes the episode's), the rest of each ``run`` block kept.
-
-    A shallow overlay: the episode and each member become new dicts that hold the same
-    values, so nothing large (nodes, token arrays, text) is copied, and the caller's record
-    is not changed. A record that is not a Mapping is returned as it is.
-    """
-    if not isinstance(record, Mapping):
-        return record
-    stamped = dict(record)
-    run = stamped["run"] = _rekey(stamped.get("run"), run_id, run_type)
-    members = stamped.get("traces")
-    if isinstance(members, list):
-        stamped["traces"] = [
-            {**member, "run": _rekey(member.get("run") or run, run_id, run_type)}
-            if isinstance(member, Mapping)
-            else member
-            for member in members
-        ]
-    return stamped
+__all__ = ["Stamp"]
 
 
 class Stamp:
-    """``stamp_run`` as an ``edit`` of the encoder's ``ModelDump``: it sees the episode's
-    dumped fields first, then each member trace's (or, where the members were dumped with
-    the episode, their dicts there), and sets ``run`` on each as ``stamp_run`` does on a
-    record. ``traces`` says whether the record has member traces (prime-runs' line format).
+    """prime-runs' ``stamp_run`` as an ``edit`` of the encoder's ``ModelDump`` (or of a
+    record's dict): it sees the episode's dumped fields first, then each member trace's (or,
+    where the members were dumped with the episode, their dicts there), and sets ``run`` on
+    each: ``run.id`` and ``run.type`` over the rest of the block, a member without one
+    taking the episode's. ``traces`` says whether the record has member traces (prime-runs'
+    line format).
     """
 
     __slots__ = ("members", "run", "run_id", "run_type", "traces")
