@@ -9,7 +9,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 
@@ -82,6 +82,25 @@ async def close_streams(writers: Iterable[TraceWriter]) -> list[TraceWriteError]
         for i, writer in enumerate(writers):
             group.start_soon(close, i, writer)
     return [failures[i] for i in sorted(failures)]
+
+
+#: The keys of a metrics row of its own, before the metrics.
+ROW_KEYS: Final = ("step", "time")
+
+
+def metrics_row(metrics: Mapping[str, Any], *, step: int) -> dict[str, Any]:
+    """One ``metrics.jsonl`` row, as prime-rl's file monitor writes it: ``{"step": step,
+    "time": now, **metrics}``, the metrics finite (``finite_metrics``). A metric named
+    ``step`` or ``time`` would overwrite the row's own key: it is dropped and named."""
+    kept = finite_metrics(metrics, step=step)
+    clashing = [key for key in ROW_KEYS if key in kept]
+    if clashing:
+        log.warning(
+            "step %d: dropped metrics named as a row's own keys: %s", step, ", ".join(clashing)
+        )
+        for key in clashing:
+            del kept[key]
+    return {"step": step, "time": time.time(), **kept}
 
 
 def degraded(writers: Iterable[TraceWriter], records: Records) -> dict[str, int]:
@@ -188,7 +207,7 @@ async def write_episodes(
 class FileMonitor(Monitor):
     """Writes a run to ``root``:
 
-        root/metrics.jsonl                          {"step", "time", "metrics"} per call
+        root/metrics.jsonl                          {"step", "time", **metrics} per call
         root/traces/<kind>/<subset>/00000.jsonl.zst  one episode per line (monitors.traces),
                                                     sealed with zstd once full
         root/traces/<kind>/<subset>/00001.jsonl      the live chunk, plain until finalize
@@ -294,7 +313,9 @@ class FileMonitor(Monitor):
                 raise TraceWriteError(f"cannot write to {self.root}: {_why(exc)}") from exc
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
-        """Append one line to ``metrics.jsonl`` (non-finite values dropped and named).
+        """Append one line to ``metrics.jsonl``, flat as prime-rl writes it: ``{"step": N,
+        "time": t, **metrics}`` (non-finite values dropped and named; so is a metric named
+        ``step`` or ``time``, which would take the row's own key).
 
         Counted in ``metrics_stats()``: delivered once written, else lost as
         ``encode_error`` (logged; nothing raised), ``write_error`` or ``start_failed``.
@@ -313,7 +334,7 @@ class FileMonitor(Monitor):
         ledger.submitted += 1
         try:
             line = encoder.encode(
-                {"step": step, "time": time.time(), "metrics": finite_metrics(metrics, step=step)},
+                metrics_row(metrics, step=step),
                 option=self.option | encoder.OPT_APPEND_NEWLINE | encoder.OPT_SERIALIZE_NUMPY,
                 default=self.default,
             )

@@ -83,7 +83,9 @@ async def test_non_finite_metrics_are_dropped_and_named(
     assert first["step"] == 3
     assert second["step"] == 4
     assert isinstance(first["time"], float)
-    assert first["metrics"] == {
+    # Flat, as prime-rl writes a row: the step, the time, then the metrics.
+    assert list(first) == ["step", "time", "loss", "reward/mean", "steps", "flag", "np_ok", "name"]
+    assert {k: v for k, v in first.items() if k not in ("step", "time")} == {
         "loss": 0.25,
         "reward/mean": 1.5,
         "steps": 12,
@@ -91,7 +93,24 @@ async def test_non_finite_metrics_are_dropped_and_named(
         "np_ok": 0.5,
         "name": "run-1",
     }
-    assert second["metrics"] == {"loss": 0.125}
+    assert second == {"step": 4, "time": second["time"], "loss": 0.125}
+
+
+@pytest.mark.anyio
+async def test_a_metric_named_as_a_row_key_is_dropped_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """prime-rl's flat row would let a metric named ``step`` or ``time`` overwrite the
+    row's own: it is dropped, and the warning names it."""
+    async with FileMonitor(tmp_path) as monitor:
+        with caplog.at_level(logging.WARNING, logger="monitors.file"):
+            await monitor.log_metrics({"step": 99, "time": -1.0, "loss": 0.5}, step=7)
+    (row,) = metrics_lines(tmp_path)
+    assert row["step"] == 7
+    assert row["time"] > 0
+    assert row["loss"] == 0.5
+    assert list(row) == ["step", "time", "loss"]
+    assert "step 7: dropped metrics named as a row's own keys: step, time" in caplog.text
 
 
 @pytest.mark.anyio
@@ -104,7 +123,7 @@ async def test_log_dispatches_mappings_to_metrics_and_the_rest_to_episodes(
         await monitor.log(({"e": n} for n in (3, 4)), step=2)  # a generator: episodes
         await monitor.log(({"e": 5},), step=2, kind="train", subset="all")
         stats = monitor.stats()
-    assert [m["metrics"] for m in metrics_lines(tmp_path)] == [{"loss": 1.0}]
+    assert [m["loss"] for m in metrics_lines(tmp_path)] == [1.0]
     assert list(read_records(monitor.stream_dir("eval", "all"))) == [{"e": 1}, {"e": 2}]
     assert list(read_records(monitor.stream_dir("train", "effective"))) == [{"e": 3}, {"e": 4}]
     assert list(read_records(monitor.stream_dir("train", "all"))) == [{"e": 5}]
@@ -172,7 +191,7 @@ async def test_a_metrics_write_that_fails_part_way_leaves_whole_lines(
         await monitor.log_metrics({"loss": 0.25}, step=2)
         await monitor.log_metrics({"loss": object()}, step=3)  # counted and logged, not raised
     lines = whole_lines(path)
-    assert [(m["step"], m["metrics"]) for m in lines] == [(0, {"loss": 1.0}), (2, {"loss": 0.25})]
+    assert [(m["step"], m["loss"]) for m in lines] == [(0, 1.0), (2, 0.25)]
     assert monitor.metrics_stats() == DeliveryStats(4, 2, {"write_error": 1, "encode_error": 1})
 
 
@@ -193,7 +212,7 @@ async def test_short_writes_still_write_the_whole_line(
         await monitor.log_metrics({"loss": 2.0}, step=1)
     assert len(calls) > 10
     lines = whole_lines(tmp_path / "metrics.jsonl")
-    assert [m["metrics"]["loss"] for m in lines] == [1.0, 2.0]
+    assert [m["loss"] for m in lines] == [1.0, 2.0]
 
 
 @pytest.mark.anyio

@@ -132,7 +132,7 @@ async def test_a_failing_monitor_never_reaches_the_caller(
     assert recorder.episodes[0][3] == [{"n": 0}, {"n": 1}]  # the iterator was shared, not spent
     assert recorder.finalized == 1
     metrics = [orjson.loads(x) for x in (tmp_path / "metrics.jsonl").read_bytes().splitlines()]
-    assert [(m["step"], m["metrics"]) for m in metrics] == [(1, {"loss": 0.5}), (2, {"loss": 0.25})]
+    assert [(m["step"], m["loss"]) for m in metrics] == [(1, 0.5), (2, 0.25)]
     assert list(read_records(file_monitor.stream_dir("eval", "effective"))) == [{"n": 0}, {"n": 1}]
     assert list(read_records(file_monitor.stream_dir("train", "all"))) == [
         {"n": n} for n in range(3)
