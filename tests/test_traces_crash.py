@@ -173,9 +173,9 @@ SEEDS = [1, 2, 3, 4]
 
 
 def _mid_seal(directory: Path) -> bool:
-    """Whether a seal is under way: a ``.sealing`` file is being written."""
+    """Whether a seal is under way: a ``.zst.tmp`` file is being written."""
     try:
-        return any(name.endswith(".sealing") for name in os.listdir(directory))
+        return any(name.endswith(".zst.tmp") for name in os.listdir(directory))
     except FileNotFoundError:
         return False
 
@@ -187,7 +187,7 @@ def _renamed(directory: Path) -> bool:
     return bool(set(listing.plain) & set(listing.sealed))
 
 
-#: When to kill: "sealing" a few ms after a .sealing file appears; "renamed" as soon as a
+#: When to kill: "sealing" a few ms after a .zst.tmp file appears; "renamed" as soon as a
 #: chunk is both plain and sealed (a window of a directory fsync: where fsync costs nothing,
 #: as on tmpfs, it may never be seen, and the kill comes after 5 s); "random" a random delay
 #: after a random number of appends.
@@ -281,7 +281,7 @@ def _reopen_and_append(directory: Path, count: int, torn: int) -> bool:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sigkill_while_sealing_loses_nothing_and_reopening_mends(tmp_path: Path, seed: int) -> None:
     """A writer with 8 MiB chunks is sealing one most of the time: SIGKILL it while a seal
-    writes its .sealing file, just after one renamed it into place, and at a random moment
+    writes its .zst.tmp file, just after one renamed it into place, and at a random moment
     (then again mid-seal until a kill has cut a seal short); every record that completed
     reads back once, in order, intact, from plain and sealed chunks alike; reopening
     finishes or undoes the seal cut short, seals what was left plain, and appending goes

@@ -661,9 +661,9 @@ def test_a_stray_file_is_named(twins: Twins, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "left",
     [
-        "half a .sealing file",
-        "an empty .sealing file",
-        "a whole .sealing file",
+        "half a .zst.tmp file",
+        "an empty .zst.tmp file",
+        "a whole .zst.tmp file",
         "renamed, the plain one not unlinked",
         "a sealed copy cut short",
         "a sealed copy of other bytes",
@@ -686,11 +686,11 @@ def test_reopening_settles_a_seal_cut_short(
     assert pyzstd.decompress(whole) == plain
     chunk_path(directory, chunk).write_bytes(plain)
     sealed_path(directory, chunk).unlink(missing_ok=True)
-    if left.endswith(".sealing file"):
+    if left.endswith(".zst.tmp file"):
         cut = {
-            "half a .sealing file": len(whole) // 2,
-            "an empty .sealing file": 0,
-            "a whole .sealing file": len(whole),
+            "half a .zst.tmp file": len(whole) // 2,
+            "an empty .zst.tmp file": 0,
+            "a whole .zst.tmp file": len(whole),
         }[left]
         sealing_path(directory, chunk).write_bytes(whole[:cut])
     elif left == "renamed, the plain one not unlinked":
@@ -721,7 +721,7 @@ def test_reopening_settles_a_seal_cut_short(
             assert recovery.chunk == appends_in
             assert recovery.unsealed == ([] if live or finished else [chunk])
             listing = scan(directory)
-            assert listing.sealing == [], "a .sealing leftover after reopening"
+            assert listing.sealing == [], "a .zst.tmp leftover after reopening"
             assert not set(listing.plain) & set(listing.sealed), listing
             assert (chunk in listing.sealed) == finished, listing
             await writer.append(extra)
@@ -823,7 +823,7 @@ async def test_a_seal_that_fails_leaves_the_plain_chunk_and_close_retries_it(
         real_replace = os.replace
 
         def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-            if str(src).endswith(".sealing"):
+            if str(src).endswith(".zst.tmp"):
                 disk.check()
             real_replace(src, dst, *args, **kwargs)
 
@@ -950,3 +950,23 @@ async def test_a_roll_that_fails_fails_that_append_only(
         assert read_record(tmp_path, n) == v
     assert read_row(tmp_path, fails_at).chunk == 1
     assert scan(tmp_path).sealed == list_chunks(tmp_path)
+
+
+def test_a_stream_caught_mid_seal_reads_whole(tmp_path: Path) -> None:
+    """prime-rl seals through ``NNNNN.jsonl.zst.tmp``, as nodewise does: a reader that finds
+    one (a seal under way, or a crash's leftover) reads the plain chunk beside it, never the
+    temporary file, and raises nothing."""
+    values = [{"id": f"r{n}", "n": n, "pad": "x" * 2000} for n in range(40)]
+    write(tmp_path, values, chunk_bytes=20_000, compress=False)
+    chunks = list_chunks(tmp_path)
+    assert len(chunks) >= 3
+    temp = sealing_path(tmp_path, chunks[0])
+    assert temp.name == f"{chunks[0]:05d}.jsonl.zst.tmp"
+    temp.write_bytes(pyzstd.compress(b'{"id": "half a seal"')[:50])  # cut short
+    assert list(read_records(tmp_path)) == values
+    assert read_record(tmp_path, 0) == values[0]
+    assert find_record(tmp_path, "r39") == values[39]
+    assert list_chunks(tmp_path) == chunks
+    assert scan(tmp_path).sealing == [chunks[0]]
+    stat = cli("stat", tmp_path)
+    assert stat.returncode == 0, stat.stderr

@@ -5,7 +5,7 @@ included) to a stream with a tiny ``chunk_bytes``, so it rolls often and records
 ``chunk_bytes`` get a chunk of their own; try to append values that cannot be encoded (the
 stream must not change); reopen the stream; simulate a crash (cut the last chunk inside its
 last record and/or cut the index at any byte); seal chunks (closing with ``seal_on_close``,
-or ``_sealed.seal`` on a chunk); simulate a kill in the middle of a seal (a ``.sealing``
+or ``_sealed.seal`` on a chunk); simulate a kill in the middle of a seal (a ``.zst.tmp``
 leftover of any length, a sealed file renamed into place next to its plain chunk, or a
 sealed copy cut short next to it); and read everything back.
 
@@ -133,7 +133,7 @@ class Torn:
     last_size: int | None
 
 
-_LEFTOVERS = ["a .sealing leftover", "renamed, the plain one not unlinked", "a sealed copy cut"]
+_LEFTOVERS = ["a .zst.tmp leftover", "renamed, the plain one not unlinked", "a sealed copy cut"]
 
 
 class TraceStreamMachine(RuleBasedStateMachine):
@@ -396,7 +396,7 @@ class TraceStreamMachine(RuleBasedStateMachine):
 
     def _kill_mid_seal(self, data: st.DataObject) -> None:
         """Leave what a process killed while sealing a chunk could leave: the sealed file
-        still being written (``.sealing``, cut anywhere), or renamed into place with the
+        still being written (``.zst.tmp``, cut anywhere), or renamed into place with the
         plain chunk not yet unlinked; or a sealed copy cut short next to a whole plain chunk
         (not a kill's doing: recovery trusts the plain one and seals it again)."""
         listing = scan(self.dir)
@@ -417,7 +417,7 @@ class TraceStreamMachine(RuleBasedStateMachine):
         sealed = sealed_path(self.dir, chunk)
         whole = sealed.read_bytes() if sealed.exists() else sealed_bytes(plain)
         chunk_path(self.dir, chunk).write_bytes(plain)
-        if left == "a .sealing leftover":
+        if left == "a .zst.tmp leftover":
             sealed.unlink(missing_ok=True)
             cut = data.draw(st.integers(0, len(whole)), label="sealing bytes")
             sealing_path(self.dir, chunk).write_bytes(whole[:cut])

@@ -7,8 +7,9 @@ DIR/00001.jsonl       a plain chunk: one record per line, at most chunk_bytes (a
 DIR/index.jsonl       one row per record, ROW_BYTES wide, so row n is at byte n * ROW_BYTES
 ```
 
-A sealing leaves ``NNNNN.jsonl.zst.sealing`` until it is renamed into place; for a moment
-both the plain and the sealed chunk may be present (docs/design.md D9).
+A seal writes ``NNNNN.jsonl.zst.tmp`` (prime-rl's name for it) until it is renamed into
+place; for a moment both the plain and the sealed chunk may be present (docs/design.md D9).
+A reader skips the ``.tmp`` file: it is never a chunk.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ INDEX_NAME = "index.jsonl"
 ROW_BYTES = 256
 #: Longest id (UTF-8 bytes, as JSON) a row keeps verbatim; a longer one is kept as its hash.
 ID_BYTES = 120
-_NAME = re.compile(r"(\d{5,})\.jsonl(\.zst(\.sealing)?)?\Z")
+_NAME = re.compile(r"(\d{5,})\.jsonl(\.zst(\.tmp)?)?\Z")
 #: Left by an index rewrite that a crash interrupted (see _recovery).
 MENDING_NAME = INDEX_NAME + ".mending"
 
@@ -145,7 +146,7 @@ def sealed_path(directory: Path, chunk: int) -> Path:
 
 def sealing_path(directory: Path, chunk: int) -> Path:
     """Where chunk ``chunk`` is sealed before it is renamed into place."""
-    return directory / f"{chunk:05d}.jsonl.zst.sealing"
+    return directory / f"{chunk:05d}.jsonl.zst.tmp"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A process killed while writing leaves at most: a torn last line in the last chunk, a torn
 last index row, index rows for data that never reached the disk, complete records whose
-index rows were never written, and a seal cut short (a ``.sealing`` file, or a chunk both
+index rows were never written, and a seal cut short (a ``.zst.tmp`` file, or a chunk both
 plain and sealed). A machine that went down (power, kernel) can also leave a torn last line
 in an earlier plain chunk, one that rolled while its fsync was still running. Torn bytes are
 cut off; rows pointing at them are dropped; missing rows are rebuilt from the data; a seal
