@@ -1186,4 +1186,6 @@ SMALLEST = Limits(
     plan_elements=1,
     sort_run=1,
     chain_levels=1,
+    model_list=0,  # every list of pydantic sub-models walked a model at a time
+    model_floats=0,
 )

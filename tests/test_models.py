@@ -39,6 +39,8 @@ from pydantic import (
     model_serializer,
 )
 from pydantic.alias_generators import to_camel
+from strategies import SMALLEST
+from test_pieces import tiny_limits
 
 import encoder
 from encoder import EncodeError, ModelDump
@@ -485,18 +487,6 @@ def _params() -> Iterator[Any]:
 
 # -- the drivers ----------------------------------------------------------------------------------
 
-#: Every value cut into as many pieces as the walk can.
-SMALLEST = Limits(
-    group_bytes=1,
-    str_bytes=1,
-    number_bytes=1,
-    max_group=1,
-    plan_elements=1,
-    sort_run=1,
-    chain_levels=1,
-    model_list=0,  # every list of sub-models walked a model at a time
-    model_floats=0,
-)
 #: Small, not the smallest: a few elements a group.
 SMALL = Limits(
     group_bytes=64,
@@ -656,16 +646,6 @@ def _nodes() -> st.SearchStrategy[Node]:
     )
 
 
-tiny_limits = st.builds(
-    Limits,
-    group_bytes=st.integers(1, 400),
-    str_bytes=st.integers(1, 64),
-    number_bytes=st.integers(1, 200),
-    max_group=st.integers(1, 8),
-    plan_elements=st.integers(1, 32),
-    sort_run=st.integers(1, 8),
-    model_list=st.integers(0, 20),
-)
 views = st.sampled_from(
     [
         {},

@@ -76,6 +76,7 @@ tiny_limits = st.builds(
     max_group=st.integers(1, 8),
     plan_elements=st.integers(1, 32),
     sort_run=st.integers(1, 8),
+    model_list=st.integers(0, 20),
 )
 
 #: For the broad strategies (test_parity runs them at full size with the default limits):
