@@ -143,15 +143,16 @@ class ModelDump:
         return f"ModelDump({type(self.model).__name__})"
 
     def items(self, small: tuple[int, int] = (16, 64)) -> tuple[Any, bool | None]:
-        """The model's keys and values in pydantic's order: JSON-ready values, with
-        ``ModelDump``, ``ModelList`` and ``RoundedFloats`` where a part is walked on its own;
-        and whether any part is. A dump that is not a dict (a root model's, a model
-        serializer's) comes back as it is, with None. ``small``: the walk's
+        """The model's keys and values in pydantic's order, and whether any part is walked
+        on its own: with one, a list of items, ``ModelDump``, ``ModelList`` and
+        ``RoundedFloats`` where those parts go; without, pydantic's dumped dict itself. A
+        dump that is not a dict (a root model's, a model serializer's) comes back as it is,
+        with None. ``small``: the walk's
         ``Limits.model_list`` and ``model_floats``."""
         form = self.form
         if self.whole is not None:
             record = self.whole()
-            return (list(record.items()), False) if type(record) is dict else (record, None)
+            return record, (False if type(record) is dict else None)
         model = self.model
         plan = _plan(type(model))
         exclude = self.exclude
@@ -176,7 +177,7 @@ class ModelDump:
             written = set(dumped)  # a key the edit adds goes last, as on the dumped dict
             form.edit(model, dumped)
         if not parts:
-            return list(dumped.items()), False
+            return dumped, False
         assert plan is not None
         out: list[tuple[str, Any]] = []
         pop = dumped.pop

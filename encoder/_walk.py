@@ -758,9 +758,11 @@ class Walker:
             else:
                 self.decimals = decimals
             return
-        if not parted and self.decimals is None:
-            self.enter(dict(items), path, depth, chain, out)
-            return
+        if not parted:
+            if self.decimals is None:
+                self.enter(items, path, depth, chain, out)  # pydantic's dict, as any dict
+                return
+            items = list(items.items())
         if self.settings.sort:
             items = self.sorted_items(items)
         self.push(view, path, depth, chain, is_map=True, block=items)

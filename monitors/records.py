@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import encoder
+from encoder._models import is_model
 
 __all__ = [
     "DEFAULT_FLOAT_DECIMALS",
@@ -95,7 +96,7 @@ class Records:
                 record = dict(record)
                 edit(episode, record)
             return record
-        if hasattr(type(episode), "__pydantic_serializer__") and hasattr(episode, "model_dump"):
+        if is_model(episode):
             return encoder.ModelDump(episode, edit=edit)
         if isinstance(episode, Mapping):
             if edit is not None:

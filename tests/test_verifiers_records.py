@@ -341,3 +341,27 @@ def test_built_episodes_through_the_file_and_prime_monitors(
         orjson.dumps(r) + b"\n" for r in records
     ]
     assert sorted(stored) == sorted(orjson.dumps(stamp_run(r, RUN, "eval")) for r in records)
+
+
+def test_another_verifiers_series_is_built_by_its_own_to_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the 0.4 series is walked: the bytes were proven against it. Another version's
+    episode is built by its own ``to_record`` in one step, and written the same."""
+    import encoder._models as models
+
+    monkeypatch.setitem(models._KNOWN, "verifiers", False)
+    record = EpisodeMaker(seed=11).episode(300_000, index=0).to_record(fresh=True)
+    episode = WireEpisode.model_validate(record)
+    called: list[int | None] = []
+    real = type(episode).to_record
+
+    def spy(self: Any, float_decimals: int | None = 4) -> Any:
+        called.append(float_decimals)
+        return real(self, float_decimals=float_decimals)
+
+    monkeypatch.setattr(type(episode), "to_record", spy)
+    for decimals in (None, 2):
+        want = orjson.dumps(real(episode, float_decimals=decimals))
+        assert b"".join(Walker(episode, float_decimals=decimals, limits=TINY)) == want  # type: ignore[misc]
+    assert called == [None, 2]
