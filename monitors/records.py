@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, Literal, TypeAlias
 
 import encoder
 from encoder._models import is_model
@@ -20,7 +20,6 @@ __all__ = [
     "Kind",
     "Records",
     "Subset",
-    "SupportsToRecord",
     "check_float_decimals",
     "check_kind",
     "line_option",
@@ -45,13 +44,6 @@ SUBSETS: tuple[Subset, ...] = ("all", "effective")
 DEFAULT_FLOAT_DECIMALS: Final = 4
 #: A ``to_record()`` call that holds the event loop longer than this is reported.
 SLOW_TO_RECORD: Final = 0.020
-
-
-@runtime_checkable
-class SupportsToRecord(Protocol):
-    """An episode that builds its JSON-ready form on demand (so idle episodes cost nothing)."""
-
-    def to_record(self) -> Any: ...
 
 
 class Records:
