@@ -21,13 +21,13 @@ import anyio
 import orjson
 import pytest
 import pyzstd
-from streams import chunk_bytes
+from streams import chunk_bytes, index_rows
 
 from monitors.traces import TraceReader, TraceWriter, read_record, read_row
+from monitors.traces._index import count_rows
 from monitors.traces._layout import (
-    INDEX_NAME,
-    ROW_BYTES,
     chunk_path,
+    index_path,
     list_chunks,
     scan,
     sealed_path,
@@ -98,6 +98,18 @@ def _run_and_kill(directory: Path, completions: int, delay: float) -> tuple[int,
     return opened, printed[-1]
 
 
+def _check_index(directory: Path, records: int) -> None:
+    """The index holds one whole row per record, numbered 1.., each pointing at its
+    record's bytes (no torn row after them)."""
+    assert index_path(directory).read_bytes().endswith(b"\n")
+    rows = index_rows(directory)
+    assert [r.line for r in rows] == list(range(1, records + 1))
+    assert [(r.chunk, r.offset) for r in rows] == sorted((r.chunk, r.offset) for r in rows)
+    for row in rows:
+        assert row.length is not None
+        assert row.length == len(orjson.dumps(helper.record(row.line - 1))) + 1, row
+
+
 def _check_unmended(directory: Path, last_printed: int) -> tuple[int, int]:
     """The killed stream, before anyone mends it: records 0..k, each intact, k >= the last
     one reported done; return (k + 1, bytes of the torn last line)."""
@@ -111,7 +123,7 @@ def _check_unmended(directory: Path, last_printed: int) -> tuple[int, int]:
     assert count >= last_printed + 1, f"{count} records, but record {last_printed} completed"
     # At most the record being written when the kill came may be missing from the index, or
     # be indexed while its line is torn; every other row points at its record.
-    rows = (directory / INDEX_NAME).stat().st_size // ROW_BYTES
+    rows = count_rows(index_path(directory))  # whole rows: a torn last one is not counted
     assert count - 1 <= rows <= count + 1, (rows, count)
     for i in range(min(rows, count)):
         row = read_row(directory, i)
@@ -154,7 +166,7 @@ def test_sigkill_mid_append_loses_only_the_record_being_written(tmp_path: Path) 
             assert row.step == total
 
     anyio.run(reopen_and_append)
-    assert (directory / INDEX_NAME).stat().st_size == (total + 1) * ROW_BYTES
+    _check_index(directory, total + 1)
     reader = TraceReader(directory)
     got = [value["n"] for value in reader]
     assert got == list(range(total + 1))
@@ -305,7 +317,7 @@ def test_sigkill_while_sealing_loses_nothing_and_reopening_mends(tmp_path: Path,
                 assert orjson.dumps(value) == orjson.dumps(helper.record(n)), n
             assert reader.records == total
             assert (reader.skipped, reader.torn_tail_bytes) == (0, 0)
-            assert (directory / INDEX_NAME).stat().st_size == total * ROW_BYTES
+            _check_index(directory, total)
             for n in (0, total // 2, total - 1):
                 assert read_record(directory, n)["n"] == n
         assert cut_short, f"none of {kills} kills came in the middle of a seal"

@@ -21,7 +21,7 @@ import anyio
 import orjson
 import pytest
 import pyzstd
-from streams import cli
+from streams import cli, copy_stream, cut_index, index_rows
 
 from monitors import TraceFormatError, TraceWriteError
 from monitors.traces import (
@@ -37,11 +37,10 @@ from monitors.traces import (
     read_records,
     read_row,
 )
+from monitors.traces._index import count_rows
 from monitors.traces._layout import (
-    ID_BYTES,
-    INDEX_NAME,
-    ROW_BYTES,
     chunk_path,
+    index_path,
     list_chunks,
     scan,
     sealed_path,
@@ -56,6 +55,12 @@ MiB = 1 << 20
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Path:
+    """A stream's directory (not made yet); its index goes beside it, in ``tmp_path``."""
+    return tmp_path / "stream"
 
 
 # -- the seek table, read here from zstd's spec (not from monitors.traces._sealed) ---------
@@ -120,13 +125,15 @@ _WORDS = ["alpha", "βeta", "漢字", "🙂", 'quo"te', "back\\slash", "new\nlin
 
 def mixed_values() -> list[Any]:
     """Records of 5 B to ~150 KB with escapes, non-ASCII, full-precision floats, 64-bit
-    integers and ids (some longer than an index row keeps verbatim), and a few values
-    without a string id."""
+    integers and ids (some long, one of 10 KB with escapes: rows keep ids verbatim, of any
+    length), and a few values without a string id."""
     rng = random.Random(2024)
     out: list[Any] = []
     for n in range(80):
         size = rng.choice([5, 300, 4000, 30_000, 120_000])
         record_id = f"rec-{n}" if n % 9 else "long/" + "é" * 70 + f"/{n}"
+        if n == 40:
+            record_id = "huge/" + 'é"\\\n漢' * 2000 + f"/{n}"
         out.append(
             {
                 "id": record_id,
@@ -140,7 +147,7 @@ def mixed_values() -> list[Any]:
     out.insert(30, ["not", "an", "object", 1.5])
     out.insert(50, "a bare string\u2028")
     out.insert(60, {"id": 12, "n": "an int id is not indexed"})
-    assert any(len(orjson.dumps(v["id"])) > ID_BYTES for v in out if isinstance(v, dict))
+    assert any(len(orjson.dumps(v["id"])) > 10_000 for v in out if isinstance(v, dict))
     return out
 
 
@@ -153,10 +160,7 @@ def string_ids(values: list[Any]) -> list[tuple[int, str]]:
 def write(directory: Path, values: list[Any], **kwargs: Any) -> list[IndexRow]:
     async def main() -> list[IndexRow]:
         async with TraceWriter(directory, fsync=False, **kwargs) as writer:
-            return [
-                await writer.append(v, step=n, kind="train", subset="all")
-                for n, v in enumerate(values)
-            ]
+            return [await writer.append(v, step=n, kind="train") for n, v in enumerate(values)]
 
     return anyio.run(main)
 
@@ -199,9 +203,8 @@ def twins(tmp_path_factory: pytest.TempPathFactory) -> Twins:
 
 
 def copy_of(directory: Path, tmp_path: Path) -> Path:
-    target = tmp_path / directory.name
-    shutil.copytree(directory, target)
-    return target
+    """A copy of the stream in ``tmp_path``, its index beside it."""
+    return copy_stream(directory, tmp_path / directory.name)
 
 
 def open_fails_naming(directory: Path, name: str) -> None:
@@ -226,7 +229,12 @@ def test_a_sealed_stream_reads_as_the_plain_one(twins: Twins, which: str) -> Non
     chunks = list_chunks(twins.plain)
     assert list_chunks(directory) == chunks
     # Offsets are the plain chunk's: the index is the same, byte for byte.
-    assert (directory / INDEX_NAME).read_bytes() == (twins.plain / INDEX_NAME).read_bytes()
+    assert index_path(directory).read_bytes() == index_path(twins.plain).read_bytes()
+    # Each stream's directory holds its chunks only; its index is beside it.
+    assert sorted(os.listdir(directory.parent)) == [
+        *("mixed", "mixed.index.jsonl", "plain", "plain.index.jsonl"),
+        *("sealed", "sealed.index.jsonl"),
+    ]
     for c in chunks:
         plain = chunk_path(twins.plain, c).read_bytes()
         if sealed_path(directory, c).exists():
@@ -448,7 +456,7 @@ def test_cli_cat_and_verify_a_sealed_stream(twins: Twins, which: str) -> None:
 def test_cli_get_prints_the_record_with_that_id(twins: Twins) -> None:
     directory = twins.sealed
     ids = string_ids(twins.values)
-    long_id = next(i for i in ids if len(orjson.dumps(i[1])) > ID_BYTES)
+    long_id = next(i for i in ids if len(orjson.dumps(i[1])) > 10_000)
     for n, record_id in [ids[0], ids[len(ids) // 2], ids[-1], long_id]:
         result = cli("get", directory, record_id)
         assert result.returncode == 0, result.stderr
@@ -583,7 +591,7 @@ def test_reopening_names_a_damaged_frame_it_must_read(small_framed: Framed, tmp_
     ``DamagedFrame``, the reader's own exception)."""
     directory = copy_of(small_framed.directory, tmp_path)
     damage_frame(sealed_path(directory, 0), 2)
-    os.truncate(directory / INDEX_NAME, 10 * ROW_BYTES)  # rows lost up to frame 2 and past
+    cut_index(directory, 10)  # rows lost up to frame 2 and past
     open_fails_naming(directory, "00000.jsonl.zst")
 
 
@@ -758,7 +766,7 @@ def _rounded(value: Any, decimals: int) -> Any:
 
 
 @pytest.mark.anyio
-async def test_float_decimals_rounds_on_disk_only(tmp_path: Path) -> None:
+async def test_float_decimals_rounds_on_disk_only(stream: Path) -> None:
     rng = random.Random(3)
     record = {
         "id": "floats",
@@ -769,18 +777,18 @@ async def test_float_decimals_rounds_on_disk_only(tmp_path: Path) -> None:
         "text": "1.23456",
     }
     before = copy.deepcopy(record)
-    async with TraceWriter(tmp_path, float_decimals=2, fsync=False) as writer:
+    async with TraceWriter(stream, float_decimals=2, fsync=False) as writer:
         await writer.append(record)
         await writer.append({"plain": 1.23456})
     assert record == before, "the caller's record was changed"
     assert record["x"] == 3.14159
-    got = list(read_records(tmp_path))
+    got = list(read_records(stream))
     assert got == [_rounded(record, 2), {"plain": 1.23}]
     assert got[0]["x"] == 3.14
     assert got[0]["nested"][1]["z"] == [1.23, 7]
     assert got[0]["ints"] == [1, 2**63, True]
     with pytest.raises(ValueError, match="float_decimals"):
-        TraceWriter(tmp_path, float_decimals=1.5)  # type: ignore[arg-type]
+        TraceWriter(stream, float_decimals=1.5)  # type: ignore[arg-type]
 
 
 # -- a seal or a roll that fails ----------------------------------------------------------
@@ -805,7 +813,7 @@ class _Disk:
 @pytest.mark.anyio
 @pytest.mark.parametrize("where", ["write", "rename"])
 async def test_a_seal_that_fails_leaves_the_plain_chunk_and_close_retries_it(
-    tmp_path: Path,
+    stream: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     where: str,
@@ -830,7 +838,7 @@ async def test_a_seal_that_fails_leaves_the_plain_chunk_and_close_retries_it(
         monkeypatch.setattr(os, "replace", replace)
 
     values = [{"id": f"v{n}", "n": n, "text": "é" * 700} for n in range(12)]
-    writer = TraceWriter(tmp_path, chunk_bytes=3000, fsync=False)
+    writer = TraceWriter(stream, chunk_bytes=3000, fsync=False)
     with caplog.at_level(logging.ERROR, logger="monitors.traces"):
         async with writer:
             for v in values:
@@ -841,27 +849,27 @@ async def test_a_seal_that_fails_leaves_the_plain_chunk_and_close_retries_it(
             assert len(full) >= 3
             assert disk.refused == len(full)
             assert writer.seal_failures == set(full)
-            listing = scan(tmp_path)
+            listing = scan(stream)
             assert listing.sealing == [], "a failed seal left its temporary file"
             assert listing.sealed == []
             assert listing.plain == [*full, live]
-            assert dumps_all(read_records(tmp_path)) == dumps_all(values)
+            assert dumps_all(read_records(stream)) == dumps_all(values)
             for n in range(len(values)):
-                assert read_record(tmp_path, n) == values[n]
+                assert read_record(stream, n) == values[n]
             for c in full:
                 assert f"cannot seal chunk {c}, left plain" in caplog.text
             disk.free()
     # close() tried them again, and sealed the live chunk too.
     assert writer.seal_failures == set()
-    listing = scan(tmp_path)
+    listing = scan(stream)
     assert (listing.plain, listing.sealing) == ([], [])
     assert listing.sealed == [*full, live]
-    assert dumps_all(read_records(tmp_path)) == dumps_all(values)
+    assert dumps_all(read_records(stream)) == dumps_all(values)
 
 
 @pytest.mark.anyio
 async def test_a_seal_that_fails_at_close_is_left_plain_and_reported(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    stream: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     disk = _Disk()
     real_write = pyzstd.SeekableZstdFile.write
@@ -872,23 +880,23 @@ async def test_a_seal_that_fails_at_close_is_left_plain_and_reported(
 
     monkeypatch.setattr(pyzstd.SeekableZstdFile, "write", write)
     values = [{"n": n, "text": "x" * 500} for n in range(3)]
-    writer = TraceWriter(tmp_path, fsync=False)
+    writer = TraceWriter(stream, fsync=False)
     with caplog.at_level(logging.ERROR, logger="monitors.traces"):
         async with writer:
             for v in values:
                 await writer.append(v)
     assert writer.seal_failures == {0}
     assert "cannot seal chunk 0, left plain" in caplog.text
-    assert (scan(tmp_path).plain, scan(tmp_path).sealed, scan(tmp_path).sealing) == ([0], [], [])
-    assert dumps_all(read_records(tmp_path)) == dumps_all(values)
+    assert (scan(stream).plain, scan(stream).sealed, scan(stream).sealing) == ([0], [], [])
+    assert dumps_all(read_records(stream)) == dumps_all(values)
     # Reopened with room on the disk, the stream goes on in the plain chunk and seals it.
     disk.free()
-    async with TraceWriter(tmp_path, fsync=False) as again:
+    async with TraceWriter(stream, fsync=False) as again:
         assert again.recovery is not None
         assert again.recovery.chunk == 0
         await again.append({"n": 3})
-    assert (scan(tmp_path).plain, scan(tmp_path).sealed) == ([], [0])
-    assert [v["n"] for v in read_records(tmp_path)] == [0, 1, 2, 3]
+    assert (scan(stream).plain, scan(stream).sealed) == ([], [0])
+    assert [v["n"] for v in read_records(stream)] == [0, 1, 2, 3]
 
 
 @pytest.mark.anyio
@@ -897,7 +905,7 @@ async def test_a_seal_that_fails_at_close_is_left_plain_and_reported(
     ["the chunk is full", "the next record does not fit", "a MiB of the next record is written"],
 )
 async def test_a_roll_that_fails_fails_that_append_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+    stream: Path, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
     chunk_bytes = 3000
     values: list[Any]
@@ -916,7 +924,7 @@ async def test_a_roll_that_fails_fails_that_append_only(
         values = [{"n": n, "parts": ["é" * 1000] * size} for n, size in enumerate([750, 1000])]
         fails_at = 1
     values += [{"n": n, "text": "z" * 900} for n in range(len(values), len(values) + 4)]
-    writer = TraceWriter(tmp_path, chunk_bytes=chunk_bytes, fsync=False)
+    writer = TraceWriter(stream, chunk_bytes=chunk_bytes, fsync=False)
     written: list[Any] = []
     async with writer:
         for v in values[:fails_at]:
@@ -934,39 +942,41 @@ async def test_a_roll_that_fails_fails_that_append_only(
         monkeypatch.setattr(writer, "_open_chunk", open_chunk)
         with pytest.raises(TraceWriteError, match="No space left on device"):
             await writer.append(values[fails_at])
-        assert refused == [chunk_path(tmp_path, 1)]
+        assert refused == [chunk_path(stream, 1)]
         assert writer.records == len(written)
-        assert dumps_all(read_records(tmp_path)) == dumps_all(written)
-        assert (tmp_path / INDEX_NAME).stat().st_size == len(written) * ROW_BYTES
+        assert dumps_all(read_records(stream)) == dumps_all(written)
+        assert count_rows(index_path(stream)) == len(written)
+        assert index_path(stream).read_bytes().endswith(b"\n")
         # The stream is not closed: the same record goes in now, and the rest after it.
         for v in values[fails_at:]:
             row = await writer.append(v)
             written.append(v)
-            assert read_row(tmp_path, len(written) - 1) == row
+            assert read_row(stream, len(written) - 1) == row
     assert written == values
-    assert dumps_all(read_records(tmp_path)) == dumps_all(values)
-    assert (tmp_path / INDEX_NAME).stat().st_size == len(values) * ROW_BYTES
+    assert dumps_all(read_records(stream)) == dumps_all(values)
+    assert [r.line for r in index_rows(stream)] == list(range(1, len(values) + 1))
+    assert index_path(stream).read_bytes().endswith(b"\n")
     for n, v in enumerate(values):
-        assert read_record(tmp_path, n) == v
-    assert read_row(tmp_path, fails_at).chunk == 1
-    assert scan(tmp_path).sealed == list_chunks(tmp_path)
+        assert read_record(stream, n) == v
+    assert read_row(stream, fails_at).chunk == 1
+    assert scan(stream).sealed == list_chunks(stream)
 
 
-def test_a_stream_caught_mid_seal_reads_whole(tmp_path: Path) -> None:
+def test_a_stream_caught_mid_seal_reads_whole(stream: Path) -> None:
     """prime-rl seals through ``NNNNN.jsonl.zst.tmp``, as nodewise does: a reader that finds
     one (a seal under way, or a crash's leftover) reads the plain chunk beside it, never the
     temporary file, and raises nothing."""
     values = [{"id": f"r{n}", "n": n, "pad": "x" * 2000} for n in range(40)]
-    write(tmp_path, values, chunk_bytes=20_000, compress=False)
-    chunks = list_chunks(tmp_path)
+    write(stream, values, chunk_bytes=20_000, compress=False)
+    chunks = list_chunks(stream)
     assert len(chunks) >= 3
-    temp = sealing_path(tmp_path, chunks[0])
+    temp = sealing_path(stream, chunks[0])
     assert temp.name == f"{chunks[0]:05d}.jsonl.zst.tmp"
     temp.write_bytes(pyzstd.compress(b'{"id": "half a seal"')[:50])  # cut short
-    assert list(read_records(tmp_path)) == values
-    assert read_record(tmp_path, 0) == values[0]
-    assert find_record(tmp_path, "r39") == values[39]
-    assert list_chunks(tmp_path) == chunks
-    assert scan(tmp_path).sealing == [chunks[0]]
-    stat = cli("stat", tmp_path)
+    assert list(read_records(stream)) == values
+    assert read_record(stream, 0) == values[0]
+    assert find_record(stream, "r39") == values[39]
+    assert list_chunks(stream) == chunks
+    assert scan(stream).sealing == [chunks[0]]
+    stat = cli("stat", stream)
     assert stat.returncode == 0, stat.stderr

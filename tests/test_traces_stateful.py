@@ -9,6 +9,10 @@ or ``_sealed.seal`` on a chunk); simulate a kill in the middle of a seal (a ``.z
 leftover of any length, a sealed file renamed into place next to its plain chunk, or a
 sealed copy cut short next to it); and read everything back.
 
+The model holds every record's bytes and every index row's bytes: a row the writer wrote
+(the record's ``episode_row`` summary, where it is, the step and kind it was given), or one
+recovery rebuilt from the data after a crash (the same, with no step and the summary's kind).
+
 The stream is written with ``compress`` drawn once: sealed, each chunk that rolls is sealed
 in the background; plain, only the rules above seal chunks. Every rule opens its own
 ``TraceWriter`` (so every rule is also a reopening) in a fresh event loop, and checks the
@@ -49,16 +53,19 @@ from monitors.traces import (
     read_records,
     read_row,
 )
+from monitors.traces._index import count_rows
 from monitors.traces._layout import (
-    INDEX_NAME,
-    ROW_BYTES,
     chunk_path,
+    decode_row,
+    encode_row,
+    index_path,
     list_chunks,
     scan,
     sealed_path,
     sealing_path,
 )
 from monitors.traces._sealed import seal
+from monitors.traces._summary import episode_row
 
 # -- records ------------------------------------------------------------------------------
 
@@ -101,7 +108,7 @@ records = st.one_of(_small, _medium, _big)
 def contents(directory: Path) -> dict[str, bytes]:
     """What the stream holds as a reader sees it: the index, and every non-empty chunk's
     bytes, uncompressed (plain or sealed alike; an empty chunk holds nothing)."""
-    out = {INDEX_NAME: (directory / INDEX_NAME).read_bytes()}
+    out = {"index": index_path(directory).read_bytes()}
     for c in list_chunks(directory):
         data = chunk_bytes(directory, c)
         if data:
@@ -110,7 +117,35 @@ def contents(directory: Path) -> dict[str, bytes]:
 
 
 def index_rows(directory: Path) -> int:
-    return (directory / INDEX_NAME).stat().st_size // ROW_BYTES
+    """Whole rows in the index (a torn last one is not a row)."""
+    return count_rows(index_path(directory))
+
+
+def row_bytes(
+    value: Any, *, line: int, chunk: int, offset: int, length: int, step: Any, kind: Any
+) -> bytes:
+    """The index row of a record: its summary, where it is, and the step and kind the
+    writer was given (a row rebuilt from the data has no step, and the summary's kind)."""
+    fields = {**episode_row(value), "line": line, "offset": offset, "chunk": chunk}
+    fields.update(length=length, step=step)
+    if kind is not None:
+        fields["kind"] = kind
+    return encode_row(fields)
+
+
+def rebuilt_row(row: bytes, record: bytes) -> bytes:
+    """The row recovery rebuilds, from the data, for the record whose row was ``row``."""
+    old = decode_row(row)
+    assert old.length == len(record) + 1
+    return row_bytes(
+        orjson.loads(record),
+        line=old.line,
+        chunk=old.chunk,
+        offset=old.offset,
+        length=old.length,
+        step=None,
+        kind=None,
+    )
 
 
 def sealed_bytes(plain: bytes) -> bytes:
@@ -144,6 +179,8 @@ class TraceStreamMachine(RuleBasedStateMachine):
         self.chunk_bytes = 1000
         self.compress = False
         self.model: list[bytes] = []  # orjson.dumps of each record, in order
+        #: The index's rows, as the stream holds them once (re)opened.
+        self.rows: list[bytes] = []
         #: What a simulated kill mid-append left, until the next opening mends it.
         self.torn: Torn | None = None
         #: After a crash: bytes of the torn last line the reader must skip, and whether the
@@ -202,6 +239,7 @@ class TraceStreamMachine(RuleBasedStateMachine):
             seals_undone=self.seals_undone,
             seals_finished=self.seals_finished,
             unsealed=sorted(plain - {last}),
+            index_size=sum(map(len, self.rows)),
         )
 
     def _session(self, body: Any, *, seal_on_close: bool = False) -> Any:
@@ -231,8 +269,8 @@ class TraceStreamMachine(RuleBasedStateMachine):
                 assert set(now.sealing) <= set(recovery.unsealed), now
                 assert set(now.plain) & set(now.sealed) <= set(recovery.unsealed), now
                 assert writer.records == len(self.model)
-                assert index_rows(self.dir) == len(self.model)
-                assert (self.dir / INDEX_NAME).stat().st_size % ROW_BYTES == 0
+                assert len(self.rows) == len(self.model)
+                assert index_path(self.dir).read_bytes() == b"".join(self.rows)
                 result = await body(writer)
             finally:
                 await writer.close()
@@ -255,12 +293,24 @@ class TraceStreamMachine(RuleBasedStateMachine):
             for value in values:
                 line = orjson.dumps(value)
                 before = len(self.model)
-                row = await writer.append(value, step=step, kind="train", subset="all")
+                row = await writer.append(value, step=step, kind="train")
                 self.model.append(line)
                 note(f"appended {len(line) + 1} bytes as record {before}: {row}")
                 assert writer.records == len(self.model)
                 assert row.length == len(line) + 1
-                assert (row.step, row.kind, row.subset) == (step, "train", "all")
+                assert (row.line, row.step, row.kind) == (before + 1, step, "train")
+                expected = row_bytes(
+                    value,
+                    line=before + 1,
+                    chunk=row.chunk,
+                    offset=row.offset,
+                    length=row.length,
+                    step=step,
+                    kind="train",
+                )
+                assert index_path(self.dir).read_bytes().endswith(expected)
+                assert dict(row.fields) == orjson.loads(expected)
+                self.rows.append(expected)
                 if row.length > self.chunk_bytes:
                     assert row.offset == 0, "a record larger than chunk_bytes starts a chunk"
                 else:
@@ -314,7 +364,7 @@ class TraceStreamMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def crash(self, data: st.DataObject) -> None:
         """Leave what a process killed mid-append could leave: the last record cut anywhere
-        before its newline, and/or index.jsonl cut at any byte (rows not yet written)."""
+        before its newline, and/or the index cut at any byte (rows not yet written)."""
         n = len(self.model)
         listing = scan(self.dir)
         chunks = listing.chunks
@@ -340,18 +390,26 @@ class TraceStreamMachine(RuleBasedStateMachine):
                 torn = at - row.offset
                 if row.offset == 0 and last != chunks[0]:
                     self.loose.add(last)
-        index_size = n * ROW_BYTES
-        cut_index = index_size
+        index = b"".join(self.rows)
+        assert index_path(self.dir).read_bytes() == index
+        cut_index = len(index)
         if data.draw(st.booleans(), label="cut index"):
-            cut_index = data.draw(st.integers(0, index_size), label="index cut at")
-            os.truncate(self.dir / INDEX_NAME, cut_index)
-        kept = cut_index // ROW_BYTES
+            cut_index = data.draw(st.integers(0, len(index)), label="index cut at")
+            os.truncate(index_path(self.dir), cut_index)
+        whole = index.rfind(b"\n", 0, cut_index) + 1  # the rows left whole end there
+        kept = index[:whole].count(b"\n")
         survivors = n - 1 if cut_data else n
         dropped = 1 if cut_data and kept == n else 0
-        note(f"crash: cut_data={cut_data} torn={torn} index cut at {cut_index} of {index_size}")
+        note(f"crash: cut_data={cut_data} torn={torn} index cut at {cut_index} of {len(index)}")
+        # Once reopened: the rows left whole and pointing at data, then rows rebuilt from
+        # the records that survived.
+        left = kept - dropped
+        self.rows = self.rows[:left] + [
+            rebuilt_row(self.rows[i], self.model[i]) for i in range(left, survivors)
+        ]
         self.torn = Torn(
             torn_bytes=torn,
-            torn_row_bytes=cut_index % ROW_BYTES,
+            torn_row_bytes=cut_index - whole,
             dropped_rows=dropped,
             rebuilt_rows=survivors - (kept - dropped),
             last_size=last_size,
@@ -455,6 +513,8 @@ class TraceStreamMachine(RuleBasedStateMachine):
         # Every index row points at its record, in a plain or a sealed chunk.
         for i in range(usable):
             assert orjson.dumps(read_record(self.dir, i)) == self.model[i], i
+            if self.torn is None:
+                assert read_row(self.dir, i).fields == orjson.loads(self.rows[i]), i
         if self.torn is None:
             if n:
                 assert orjson.dumps(read_record(self.dir, -1)) == self.model[-1]

@@ -1,12 +1,15 @@
-"""Chunked JSONL trace streams: a writer that rolls and survives crashes, and a streaming reader.
+"""Chunked JSONL trace streams in prime-rl's layout: a writer that rolls and survives
+crashes, and streaming readers.
 
 ```
-DIR/00000.jsonl.zst DIR/00001.jsonl ...  one record per line, chunks of at most chunk_bytes;
-                                         full ones sealed with zstd (seekable format)
-DIR/index.jsonl                          a fixed-width row per record: chunk, offset, id, ...
+RUN/monitors/file/traces/stream/00000.jsonl.zst ...  one record per line, chunks of at most
+                                                     chunk_bytes; full ones sealed with zstd
+RUN/monitors/file/traces/stream.index.jsonl          a JSON row per record: prime-rl's
+                                                     index_row (line, chunk, offset, id, ...)
 ```
-Run ``python -m monitors.traces cat|stat|verify DIR`` or ``get DIR ID`` to look at one from
-a shell, or ``zstd -dcf DIR/0* | jq``. The layout and its guarantees are docs/design.md D9.
+Every reader takes a run's directory or a stream's. Run ``nodewise traces
+ls|cat|stat|verify RUN`` or ``get RUN ID`` to look at one from a shell, or ``zstd -dcf
+STREAM/0* | jq``. The layout and its guarantees are docs/design.md D9 and D17.
 """
 
 from ._layout import IndexRow

@@ -1,23 +1,26 @@
-"""The on-disk layout of a trace stream: numbered chunk files and a fixed-width index.
+"""The on-disk layout of a trace stream, prime-rl's: numbered chunk files in a directory,
+and an index of one JSON row per record beside it.
 
 ```
-DIR/00000.jsonl.zst   a sealed chunk: zstd's seekable format, same bytes as the plain one
-DIR/00001.jsonl       a plain chunk: one record per line, at most chunk_bytes (a larger
-                      record gets its own)
-DIR/index.jsonl       one row per record, ROW_BYTES wide, so row n is at byte n * ROW_BYTES
+traces/stream/00000.jsonl.zst   a sealed chunk: zstd's seekable format, same bytes as the plain one
+traces/stream/00001.jsonl       a plain chunk: one record per line, at most chunk_bytes (a larger
+                                record gets its own)
+traces/stream.index.jsonl       one row per record, in order: where it is (line from 1, chunk,
+                                offset, length) and what it is (prime-rl's index_row fields)
 ```
 
-A seal writes ``NNNNN.jsonl.zst.tmp`` (prime-rl's name for it) until it is renamed into
-place; for a moment both the plain and the sealed chunk may be present (docs/design.md D9).
-A reader skips the ``.tmp`` file: it is never a chunk.
+Nothing else lives in the directory, so prime-rl's reader (which globs ``*.jsonl*`` and reads
+a chunk number off each name) reads it. A seal writes ``NNNNN.jsonl.zst.tmp`` until it is
+renamed into place; for a moment both the plain and the sealed chunk may be present
+(docs/design.md D9). A reader skips the ``.tmp`` file: it is never a chunk.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,111 +29,119 @@ import orjson
 from ..errors import TraceFormatError
 
 __all__ = [
-    "INDEX_NAME",
-    "ROW_BYTES",
+    "INDEX_SUFFIX",
+    "RUN_ANNOTATIONS",
+    "RUN_STREAM",
     "IndexRow",
     "Listing",
+    "annotations_of",
     "chunk_path",
     "decode_row",
     "encode_row",
-    "id_hash",
+    "index_path",
     "is_stream_file",
     "list_chunks",
+    "mending_path",
     "scan",
     "sealed_path",
     "sealing_path",
+    "stream_of",
 ]
 
-INDEX_NAME = "index.jsonl"
-#: Width of an index row, padding and newline included.
-ROW_BYTES = 256
-#: Longest id (UTF-8 bytes, as JSON) a row keeps verbatim; a longer one is kept as its hash.
-ID_BYTES = 120
+#: The index of stream ``DIR`` is ``DIR`` + this, beside it.
+INDEX_SUFFIX = ".index.jsonl"
+#: A run directory's stream of episodes, and its annotation streams, below the run's.
+RUN_STREAM = Path("monitors", "file", "traces", "stream")
+RUN_ANNOTATIONS = Path("monitors", "file", "traces", "annotations")
 _NAME = re.compile(r"(\d{5,})\.jsonl(\.zst(\.tmp)?)?\Z")
-#: Left by an index rewrite that a crash interrupted (see _recovery).
-MENDING_NAME = INDEX_NAME + ".mending"
+_ROW_OPTION = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
-def id_hash(record_id: str) -> str:
-    """The 64-bit hash a row keeps for an id too long to keep verbatim."""
-    return hashlib.blake2b(record_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+def index_path(directory: Path) -> Path:
+    """The index of the stream in ``directory``: ``<directory>.index.jsonl`` beside it."""
+    return directory.parent / (directory.name + INDEX_SUFFIX)
+
+
+def stream_of(path: str | os.PathLike[str]) -> Path:
+    """The stream a path names: a run directory's (``RUN/monitors/file/traces/stream``)
+    when it is a run directory (it holds one), else the path itself, a stream's directory."""
+    path = Path(path)
+    inside = path / RUN_STREAM
+    return inside if inside.is_dir() else path
+
+
+def annotations_of(stream: Path) -> Path:
+    """Where the annotation streams of a stream live: ``annotations/`` beside it."""
+    return stream.parent / "annotations"
+
+
+def mending_path(directory: Path) -> Path:
+    """Where an index rewrite is written before it replaces the index (see _recovery)."""
+    index = index_path(directory)
+    return index.with_name(index.name + ".mending")
 
 
 @dataclass(frozen=True)
 class IndexRow:
-    """Where one record lives: chunk number, uncompressed byte offset and length.
+    """One index row: where a record lives, and the rest of what its row says.
 
     Offsets are those of the plain chunk, whether the chunk is sealed or not.
 
+    :param line: The record's number in the stream, from 1 (None in a row that has none,
+        as prime-rl's annotation rows).
     :param chunk: The chunk file's number.
     :param offset: The record's first byte in the (uncompressed) chunk.
-    :param length: The record's bytes, its newline included.
-    :param step: The training step it was logged at, if given (None in a row rebuilt after a
-        crash, as are ``kind``, ``subset`` and ``id``).
-    :param kind: Its kind (``"train"``, ``"eval"``), if given.
-    :param subset: Its subset (``"all"``, ``"effective"``), if given.
-    :param id: The record's own ``"id"``, when it is a string of at most ``ID_BYTES``.
-    :param idh: ``id_hash`` of a longer string id (then ``id`` is None).
+    :param length: The record's bytes, its newline included; None in a row prime-rl wrote
+        (the record is then the line at ``offset``).
+    :param step: The training step it was logged at, if given.
+    :param kind: Its kind (``"train"``, ``"eval"``), if known.
+    :param id: The record's own ``"id"``, if it has one.
+    :param fields: The whole row, as written.
     """
 
+    line: int | None
     chunk: int
     offset: int
-    length: int
+    length: int | None = None
     step: int | None = None
     kind: str | None = None
-    subset: str | None = None
-    id: str | None = None
-    idh: str | None = None
+    id: Any = None
+    fields: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def end(self) -> int:
-        """The offset just past the record's newline."""
-        return self.offset + self.length
+    def end(self) -> int | None:
+        """The offset just past the record's newline (None when the row has no length)."""
+        return None if self.length is None else self.offset + self.length
 
 
-def row_for_id(record_id: Any) -> tuple[str | None, str | None]:
-    """``(id, idh)`` for a row of a record whose ``"id"`` is ``record_id``."""
-    if type(record_id) is not str:
-        return None, None
-    if len(orjson.dumps(record_id)) <= ID_BYTES:
-        return record_id, None
-    return None, id_hash(record_id)
+def encode_row(fields: Mapping[str, Any]) -> bytes:
+    """One index row as the line written (orjson, ``default=str`` as prime-rl's)."""
+    return orjson.dumps(fields, default=str, option=_ROW_OPTION)
 
 
-def encode_row(row: IndexRow) -> bytes:
-    """The row as a JSON object padded with spaces to ``ROW_BYTES`` (newline last)."""
-    fields: dict[str, Any] = {
-        "chunk": row.chunk,
-        "offset": row.offset,
-        "length": row.length,
-        "step": row.step,
-        "kind": row.kind,
-        "subset": row.subset,
-    }
-    if row.idh is not None:
-        fields["idh"] = row.idh
-    fields["id"] = row.id  # last, so that a search for `"id":<id>}` finds it
-    data = orjson.dumps(fields)
-    if len(data) >= ROW_BYTES:
-        raise ValueError(f"index row too wide ({len(data)} bytes): {data[:80]!r}")
-    return data + b" " * (ROW_BYTES - 1 - len(data)) + b"\n"
+def _int(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise TypeError(f"{value!r} is not a position")
+    return value
 
 
 def decode_row(data: bytes) -> IndexRow:
-    """Parse one padded row (raises ValueError on anything else)."""
+    """Parse one row (raises ValueError on anything that is not a row: a row needs an int
+    ``chunk`` and ``offset``; ``line`` and ``length``, when present, are ints too)."""
     try:
         value: Any = orjson.loads(data)
+        line, length, step = value.get("line"), value.get("length"), value.get("step")
         return IndexRow(
-            chunk=int(value["chunk"]),
-            offset=int(value["offset"]),
-            length=int(value["length"]),
-            step=value.get("step"),
+            line=None if line is None else _int(line),
+            chunk=_int(value["chunk"]),
+            offset=_int(value["offset"]),
+            length=None if length is None else _int(length),
+            step=step if type(step) is int else None,
             kind=value.get("kind"),
-            subset=value.get("subset"),
             id=value.get("id"),
-            idh=value.get("idh"),
+            fields=value,
         )
-    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"bad index row {data[:80]!r}") from exc
 
 
@@ -166,8 +177,8 @@ class Listing:
 def scan(directory: Path) -> Listing:
     """Sort the files of a stream's directory (an empty listing when it does not exist).
 
-    :raises TraceFormatError: A file that is neither a chunk, a sealing leftover nor an
-        index: the directory is not (only) a trace stream.
+    :raises TraceFormatError: A file that is neither a chunk nor a sealing leftover: the
+        directory is not (only) a trace stream.
     """
     try:
         names = os.listdir(directory)
@@ -179,11 +190,9 @@ def scan(directory: Path) -> Listing:
     for name in names:
         found = _NAME.match(name)
         if found is None:
-            if name in (INDEX_NAME, MENDING_NAME):
-                continue
             raise TraceFormatError(
-                f"{directory} holds {name!r}, which is neither a chunk nor an index: "
-                "not a trace stream's directory",
+                f"{directory} holds {name!r}, which is not a chunk: not a trace stream's "
+                "directory (nothing else may live there, or prime-rl's readers fail)",
                 chunk=name,
             )
         number = int(found.group(1))
@@ -192,9 +201,8 @@ def scan(directory: Path) -> Listing:
 
 
 def is_stream_file(name: str) -> bool:
-    """Whether a file named ``name`` belongs to a stream: a chunk (plain, sealed or being
-    sealed) or the index (or an index rewrite's leftover)."""
-    return _NAME.match(name) is not None or name in (INDEX_NAME, MENDING_NAME)
+    """Whether a file named ``name`` is a chunk of a stream (plain, sealed or being sealed)."""
+    return _NAME.match(name) is not None
 
 
 def list_chunks(directory: Path) -> list[int]:

@@ -10,29 +10,31 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 import ijson
 import orjson
 
 from ..errors import TraceFormatError
+from ._annotations import fold as fold_annotations
+from ._annotations import read_annotations
+from ._index import count_rows, find_id, last_row, row_by_line, rows_of_chunk
 from ._layout import (
-    ID_BYTES,
-    INDEX_NAME,
-    ROW_BYTES,
     IndexRow,
+    annotations_of,
     chunk_path,
-    decode_row,
-    id_hash,
+    index_path,
     list_chunks,
     sealed_path,
+    stream_of,
 )
 from ._sealed import DamagedFrame, open_chunk
 
 __all__ = [
     "LineSpan",
     "TraceReader",
+    "after_newline",
     "aread_records",
     "chunk_name",
     "find_record",
@@ -88,7 +90,7 @@ class LineSpan:
         self.lost = lost  # records lost to a damaged frame (then the span is not a line)
 
 
-def _after_newline(f: _Readable, offset: int) -> int:
+def after_newline(f: _Readable, offset: int) -> int:
     """The offset just past the first newline at or after ``offset`` (the end of the chunk
     when there is none), reading on past damaged frames."""
     f.seek(offset)
@@ -154,7 +156,7 @@ def _spans_of(
             line_start = pos + start
             nxt, lost = resync(line_start, exc.end) if resync else (None, 1)
             if nxt is None:
-                nxt = _after_newline(f, exc.end)
+                nxt = after_newline(f, exc.end)
             f.seek(nxt)
             buf.clear()
             pos, start = nxt, 0
@@ -265,9 +267,13 @@ class TraceReader(Iterator[Any]):
     (through the index, for a damaged frame or chunk) and the damaged frames and chunks in
     ``damaged``.
 
-    :param directory: The stream's directory.
+    :param directory: A run's directory (its stream is ``monitors/file/traces/stream``) or
+        a stream's.
     :param on_error: ``"raise"`` or ``"skip"`` for a line that is not a record.
     :param big_line: Lines longer than this many bytes are parsed from the file, not memory.
+    :param fold: Fold the annotations beside the stream (``annotations/``) onto each
+        episode's traces as prime-rl's readers do (read whole first); False leaves the
+        records as written.
     :raises ValueError: ``on_error`` is something else.
     """
 
@@ -277,16 +283,20 @@ class TraceReader(Iterator[Any]):
         *,
         on_error: OnError = "raise",
         big_line: int = BIG_LINE,
+        fold: bool = False,
     ) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-        self.directory = Path(directory)
+        self.directory = stream_of(directory)
         self.on_error = on_error
         self.records = 0
         self.skipped = 0
         self.damaged = 0
         self.torn_tail_bytes = 0
         self._lines = self._records(big_line)
+        if fold:
+            updates = read_annotations(annotations_of(self.directory))
+            self._lines = fold_annotations(self._lines, updates)
 
     def __next__(self) -> Any:
         return next(self._lines)
@@ -336,46 +346,9 @@ class TraceReader(Iterator[Any]):
                     yield record
 
 
-def _index_rows(directory: Path) -> int:
-    try:
-        return (directory / INDEX_NAME).stat().st_size // ROW_BYTES
-    except FileNotFoundError:
-        return 0
-
-
-def _row_at(f: BinaryIO, n: int) -> IndexRow | None:
-    f.seek(n * ROW_BYTES)
-    try:
-        return decode_row(f.read(ROW_BYTES))
-    except ValueError:
-        return None
-
-
 def _chunk_rows(directory: Path, chunk: int) -> list[IndexRow]:
-    """The index rows of one chunk (rows are in (chunk, offset) order: found by bisection;
-    an unreadable row on the way ends the search)."""
-    rows = _index_rows(directory)
-    found: list[IndexRow] = []
-    if not rows:
-        return found
-    with open(directory / INDEX_NAME, "rb") as f:
-        lo, hi = 0, rows
-        while lo < hi:
-            mid = (lo + hi) // 2
-            row = _row_at(f, mid)
-            if row is None:
-                return found
-            if row.chunk < chunk:
-                lo = mid + 1
-            else:
-                hi = mid
-        while lo < rows:
-            row = _row_at(f, lo)
-            if row is None or row.chunk != chunk:
-                break
-            found.append(row)
-            lo += 1
-    return found
+    """The index rows of one chunk (found by bisection; an unreadable row ends them)."""
+    return rows_of_chunk(index_path(directory), chunk)
 
 
 def _index_resync(directory: Path, chunk: int) -> Resync:
@@ -385,36 +358,43 @@ def _index_resync(directory: Path, chunk: int) -> Resync:
         rows = _chunk_rows(directory, chunk)
         later = [r.offset for r in rows if r.offset >= frame_end]
         nxt = later[0] if later else None
-        if nxt is None and rows and rows[-1].end >= frame_end:
-            nxt = rows[-1].end  # the chunk's last indexed record ends past the frame
+        end = rows[-1].end if rows else None
+        if nxt is None and end is not None and end >= frame_end:
+            nxt = end  # the chunk's last indexed record ends past the frame
         lost = sum(1 for r in rows if line_start <= r.offset < (nxt or frame_end))
         return nxt, lost
 
     return resync
 
 
-def read_records(directory: str | os.PathLike[str], *, on_error: OnError = "raise") -> TraceReader:
+def read_records(
+    directory: str | os.PathLike[str], *, on_error: OnError = "raise", fold: bool = False
+) -> TraceReader:
     """Every record of the stream in ``directory``, in order, streamed (see ``TraceReader``).
 
-    :param directory: The stream's directory.
+    :param directory: A run's directory or a stream's.
     :param on_error: ``"raise"`` ``TraceFormatError`` on a line that is not a record, or
         ``"skip"`` it.
+    :param fold: Fold the run's annotations onto the episodes' traces.
     :returns: A ``TraceReader``: iterate it for the records.
     """
-    return TraceReader(directory, on_error=on_error)
+    return TraceReader(directory, on_error=on_error, fold=fold)
 
 
 async def aread_records(
-    directory: str | os.PathLike[str], *, on_error: OnError = "raise"
+    directory: str | os.PathLike[str], *, on_error: OnError = "raise", fold: bool = False
 ) -> AsyncIterator[Any]:
     """``read_records`` with the reading and parsing done in a worker thread.
 
-    :param directory: The stream's directory.
+    :param directory: A run's directory or a stream's.
     :param on_error: ``"raise"`` ``TraceFormatError`` on a line that is not a record, or
         ``"skip"`` it.
+    :param fold: Fold the run's annotations onto the episodes' traces.
     :returns: An async iterator of the records.
     """
-    reader = TraceReader(directory, on_error=on_error)
+    reader = await anyio.to_thread.run_sync(
+        lambda: TraceReader(directory, on_error=on_error, fold=fold)
+    )
     done = object()
     while True:
         record = await anyio.to_thread.run_sync(next, reader, done)
@@ -424,21 +404,31 @@ async def aread_records(
 
 
 def read_row(directory: str | os.PathLike[str], n: int) -> IndexRow:
-    """Index row ``n`` (negative counts from the end).
+    """Index row ``n`` (from 0; negative counts from the end), found by bisecting the index
+    (its row ``n`` has ``"line": n + 1``).
 
-    :param directory: The stream's directory.
+    :param directory: A run's directory or a stream's.
     :param n: The record's number.
     :returns: Where record ``n`` lives.
     :raises IndexError: The stream holds no record ``n``.
+    :raises TraceFormatError: A row on the way is not an index row.
     """
-    index = Path(directory) / INDEX_NAME
-    rows = index.stat().st_size // ROW_BYTES
-    at = n + rows if n < 0 else n
-    if not 0 <= at < rows:
-        raise IndexError(f"record {n} out of range: the stream holds {rows}")
-    with open(index, "rb") as f:
-        f.seek(at * ROW_BYTES)
-        return decode_row(f.read(ROW_BYTES))
+    index = index_path(stream_of(directory))
+    try:
+        if n < 0:
+            try:
+                last = last_row(index)
+            except ValueError:  # a bad last row (a bad disk): the rows before it count
+                last = None
+            n += count_rows(index) if last is None or last.line is None else last.line
+        row = row_by_line(index, n + 1) if n >= 0 else None
+    except FileNotFoundError:
+        row = None
+    except ValueError as exc:
+        raise TraceFormatError(f"{exc}", chunk=index.name) from exc
+    if row is None:
+        raise IndexError(f"record {n} out of range: the stream holds {count_rows(index)}")
+    return row
 
 
 def read_at(directory: str | os.PathLike[str], row: IndexRow, *, what: str) -> Any:
@@ -448,16 +438,20 @@ def read_at(directory: str | os.PathLike[str], row: IndexRow, *, what: str) -> A
     :raises TraceFormatError: The bytes are not one complete record, a frame they span is
         damaged, or the chunk is missing.
     """
-    root = Path(directory)
-    span = LineSpan(row.chunk, row.offset, row.length - 1, True, None)
+    root = stream_of(directory)
     try:
-        if row.length - 1 <= BIG_LINE:
+        length = row.length
+        if length is None:  # a row prime-rl wrote: the record is the line at its offset
+            with open_chunk(root, row.chunk) as f:
+                length = after_newline(f, row.offset) - row.offset
+        span = LineSpan(row.chunk, row.offset, length - 1, True, None)
+        if length - 1 <= BIG_LINE:
             with open_chunk(root, row.chunk) as f:
                 f.seek(row.offset)
-                data = f.read(row.length)
-                while len(data) < row.length and (more := f.read(row.length - len(data))):
+                data = f.read(length)
+                while len(data) < length and (more := f.read(length - len(data))):
                     data += more
-            if len(data) != row.length or not data.endswith(b"\n"):
+            if len(data) != length or not data.endswith(b"\n"):
                 raise ValueError("the index points past the data")
             span.data = data[:-1]
         return parse_span(root, span)
@@ -489,42 +483,20 @@ def read_record(directory: str | os.PathLike[str], n: int) -> Any:
 def find_row(directory: str | os.PathLike[str], record_id: str) -> tuple[int, IndexRow]:
     """The number and index row of the first record whose ``"id"`` is ``record_id``.
 
-    Rows keep string ids (a long one as its hash), so only the index is read, a megabyte at
-    a time; a hashed id is checked against the record itself.
+    Only the index is read: its bytes are searched for the row's ``"id":<id>,`` (see
+    ``monitors.traces._index``).
 
     :param directory: The stream's directory.
     :param record_id: The record's ``"id"``.
     :raises KeyError: No record has that id.
-    :raises TypeError: ``record_id`` is not a string (only string ids are indexed).
+    :raises TypeError: ``record_id`` is not a string (records are found by string ids).
     """
     if type(record_id) is not str:
         raise TypeError(f"records are found by a string id, not {type(record_id).__name__}")
-    root = Path(directory)
-    encoded = orjson.dumps(record_id)
-    hashed = len(encoded) > ID_BYTES
-    digest = id_hash(record_id)
-    needle = b'"idh":"%s"' % digest.encode() if hashed else b'"id":%s}' % encoded
-    block_rows = _BLOCK // ROW_BYTES
-    with open(root / INDEX_NAME, "rb") as f:
-        first = 0
-        while block := f.read(block_rows * ROW_BYTES):
-            at = block.find(needle)
-            while at >= 0:
-                n = first + at // ROW_BYTES
-                row = decode_row(block[(n - first) * ROW_BYTES : (n - first + 1) * ROW_BYTES])
-                if hashed:
-                    if row.idh == digest and _record_id(root, row) == record_id:
-                        return n, row
-                elif row.id == record_id:
-                    return n, row
-                at = block.find(needle, (n - first + 1) * ROW_BYTES)
-            first += len(block) // ROW_BYTES
-    raise KeyError(record_id)
-
-
-def _record_id(root: Path, row: IndexRow) -> Any:
-    record = read_at(root, row, what="a record with a hashed id")
-    return record.get("id") if isinstance(record, dict) else None
+    found = find_id(index_path(stream_of(directory)), record_id)
+    if found is None:
+        raise KeyError(record_id)
+    return found
 
 
 def find_record(directory: str | os.PathLike[str], record_id: str) -> Any:

@@ -15,23 +15,27 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+import ijson
 
 from .._files import last_newline_end
 from ..errors import TraceFormatError
+from ._index import count_rows, last_row
 from ._layout import (
-    INDEX_NAME,
-    MENDING_NAME,
-    ROW_BYTES,
     IndexRow,
     chunk_path,
     decode_row,
     encode_row,
+    index_path,
+    mending_path,
     scan,
     sealed_path,
     sealing_path,
 )
+from ._reader import LineSpan, after_newline, parse_span
 from ._sealed import DamagedFrame, SealedChunk, open_chunk
+from ._summary import Summary, episode_row
 
 log = logging.getLogger("monitors.traces")
 
@@ -51,6 +55,7 @@ class Recovery:
     :param torn_row_bytes: Bytes of a torn last index row cut.
     :param dropped_rows: Index rows dropped because they pointed past the data.
     :param rebuilt_rows: Index rows rebuilt for complete records that had none.
+    :param index_size: The index's size in bytes after recovery.
     """
 
     chunk: int  # the chunk appends continue in
@@ -60,6 +65,7 @@ class Recovery:
     torn_row_bytes: int = 0  # bytes of a torn last index row cut
     dropped_rows: int = 0  # index rows that pointed past the data
     rebuilt_rows: int = 0  # complete records that had no index row
+    index_size: int = 0
     #: Seals a crash cut short: leftovers removed, or plain chunks removed once sealed.
     seals_undone: int = 0
     seals_finished: int = 0
@@ -107,7 +113,10 @@ def _ends_a_line(path: Path, size: int) -> bool:
 
 
 def _valid(row: IndexRow | None, sizes: dict[int, int]) -> bool:
-    return row is not None and row.chunk in sizes and row.end <= sizes[row.chunk]
+    if row is None or row.chunk not in sizes:
+        return False
+    end = row.end
+    return row.offset < sizes[row.chunk] if end is None else end <= sizes[row.chunk]
 
 
 def _decode(data: bytes) -> IndexRow | None:
@@ -117,40 +126,65 @@ def _decode(data: bytes) -> IndexRow | None:
         return None
 
 
-def _drop_rows_at_end(index: Path, sizes: dict[int, int]) -> tuple[int, int, IndexRow | None]:
-    """Rows kept, rows dropped and the last kept row, when only the last rows can point
-    past the data (the common case, which reads no more of the index than it must)."""
-    rows = index.stat().st_size // ROW_BYTES
-    dropped = 0
-    with open(index, "rb") as f:
-        while rows:
-            f.seek((rows - 1) * ROW_BYTES)
-            row = _decode(f.read(ROW_BYTES))
-            if _valid(row, sizes):
-                return rows, dropped, row
-            rows -= 1
-            dropped += 1
-    return 0, dropped, None
-
-
-def _drop_rows_anywhere(index: Path, sizes: dict[int, int]) -> tuple[int, int, IndexRow | None]:
-    """As ``_drop_rows_at_end``, after an earlier chunk was cut: every row is checked and
-    the index is rewritten (atomically: a crash now leaves the old one, mended next time)."""
+def _rows(index: Path) -> list[bytes]:
+    """The index's complete rows (a torn last one left out)."""
     data = index.read_bytes()
-    whole = len(data) // ROW_BYTES
-    kept: list[tuple[bytes, IndexRow]] = []
-    for i in range(whole):
-        raw = data[i * ROW_BYTES : (i + 1) * ROW_BYTES]
-        row = _decode(raw)
-        if row is not None and _valid(row, sizes):
-            kept.append((raw, row))
-    fresh = index.with_name(index.name + ".mending")
-    with open(fresh, "wb") as f:
-        f.write(b"".join(raw for raw, _ in kept))
+    return data[: data.rfind(b"\n") + 1].splitlines(keepends=True)
+
+
+def _drop_rows(
+    directory: Path, sizes: dict[int, int], *, anywhere: bool
+) -> tuple[int, int, IndexRow | None]:
+    """Rows kept, rows dropped and the last kept row, the rows pointing past the data (or
+    that do not parse) dropped: only at the end when only the last chunk was cut (the
+    common case, which reads only the last row when it is good), else anywhere, the kept
+    rows renumbered so that a row's ``line`` stays its place. The index is rewritten
+    atomically: a crash now leaves the old one, mended next time."""
+    index = index_path(directory)
+    if not anywhere:
+        try:
+            row = last_row(index)
+        except ValueError:
+            row = None
+        if _valid(row, sizes):
+            assert row is not None
+            return (row.line if row.line is not None else count_rows(index)), 0, row
+    rows = _rows(index)
+    decoded = [_decode(raw) for raw in rows]
+    n = len(rows)
+    if not anywhere:
+        while n and not _valid(decoded[n - 1], sizes):
+            n -= 1
+    fresh: list[bytes] = []
+    for raw, row in zip(rows[:n], decoded[:n], strict=True):
+        if row is None or (anywhere and not _valid(row, sizes)):
+            continue
+        i = len(fresh)
+        if row.line != i + 1 and row.line is not None:
+            fields = dict(row.fields)
+            fields["line"] = i + 1
+            raw = encode_row(fields)
+        fresh.append(raw)
+    if fresh == rows:
+        last = decode_row(fresh[-1]) if fresh else None
+        return len(fresh), 0, last
+    mending = mending_path(directory)
+    with open(mending, "wb") as f:
+        f.write(b"".join(fresh))
         f.flush()
         os.fsync(f.fileno())
-    os.replace(fresh, index)
-    return len(kept), whole - len(kept), kept[-1][1] if kept else None
+    os.replace(mending, index)
+    last = decode_row(fresh[-1]) if fresh else None
+    return len(fresh), len(rows) - len(fresh), last
+
+
+def _summary_of(directory: Path, span: LineSpan, summary: Summary) -> dict[str, Any]:
+    """A rebuilt row's fields: the record read back and summarized (Nones if it is no
+    JSON record)."""
+    try:
+        return dict(summary(parse_span(directory, span)))
+    except (ValueError, ijson.JSONError, DamagedFrame):
+        return dict(summary(None))
 
 
 def _settle_seals(directory: Path) -> tuple[list[int], list[int], int, int]:
@@ -182,21 +216,20 @@ def _settle_seals(directory: Path) -> tuple[list[int], list[int], int, int]:
             sealed_path(directory, chunk).unlink()
             undone += 1
     sealed = sorted(set(listing.sealed) - plain)
-    if (directory / MENDING_NAME).exists():
-        (directory / MENDING_NAME).unlink()  # an index rewrite a crash cut short
+    mending_path(directory).unlink(missing_ok=True)  # an index rewrite a crash cut short
     return sorted(plain), sealed, undone, finished
 
 
-def recover(directory: Path) -> Recovery:
-    """Cut what a crash tore, settle seals cut short, rebuild missing index rows; return
-    where appends go on.
+def recover(directory: Path, summary: Summary = episode_row) -> Recovery:
+    """Cut what a crash tore, settle seals cut short, rebuild missing index rows (their
+    fields from ``summary`` of each record read back); return where appends go on.
 
     :raises TraceFormatError: The directory holds a file that belongs to no stream, or a
         sealed chunk without an intact seek table.
     :raises OSError: The directory or its files cannot be read or written.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    index = directory / INDEX_NAME
+    index = index_path(directory)
     index.touch(exist_ok=True)
     plain, sealed, undone, finished = _settle_seals(directory)
     if undone or finished:
@@ -234,17 +267,20 @@ def recover(directory: Path) -> Recovery:
 
     # The index holds whole rows, each pointing at data that exists.
     index_size = index.stat().st_size
-    torn_row = index_size % ROW_BYTES
-    if torn_before_last:
-        rows, dropped, last_row = _drop_rows_anywhere(index, sizes)
-    else:
-        rows, dropped, last_row = _drop_rows_at_end(index, sizes)
-        if torn_row or dropped:
-            os.truncate(index, rows * ROW_BYTES)
+    whole = last_newline_end(index, index_size)
+    torn_row = index_size - whole
+    if torn_row:
+        os.truncate(index, whole)
+    rows, dropped, last_kept = _drop_rows(directory, sizes, anywhere=torn_before_last)
 
     # Complete records after the last indexed one get their rows back.
-    rebuilt: list[IndexRow] = []
-    start_chunk, start = (last_row.chunk, last_row.end) if last_row else (chunks[0], 0)
+    start_chunk, start = chunks[0], 0
+    if last_kept is not None:
+        start_chunk, start = last_kept.chunk, last_kept.end or 0
+        if last_kept.end is None:  # a row prime-rl wrote: the record is the line at offset
+            with open_chunk(directory, last_kept.chunk) as f:
+                start = after_newline(f, last_kept.offset)
+    rebuilt: list[bytes] = []
     for chunk in chunks:
         if chunk < start_chunk:
             continue
@@ -258,10 +294,19 @@ def recover(directory: Path) -> Recovery:
                 offset=exc.start,
             ) from exc
         for offset, length in spans:
-            rebuilt.append(IndexRow(chunk, offset, length))
+            span = LineSpan(chunk, offset, length - 1, True, None)
+            fields = _summary_of(directory, span, summary)
+            fields.update(
+                line=rows + len(rebuilt) + 1,
+                offset=offset,
+                chunk=chunk,
+                length=length,
+                step=None,
+            )
+            rebuilt.append(encode_row(fields))
     if rebuilt:
         with open(index, "ab") as f:
-            f.write(b"".join(encode_row(r) for r in rebuilt))
+            f.write(b"".join(rebuilt))
             f.flush()
             os.fsync(f.fileno())
     return Recovery(
@@ -275,4 +320,5 @@ def recover(directory: Path) -> Recovery:
         seals_undone=undone,
         seals_finished=finished,
         unsealed=[c for c in plain if c != last],
+        index_size=index.stat().st_size,
     )

@@ -18,13 +18,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 import encoder
 
-from .. import records
 from .._files import write_all
 from ..errors import TraceFormatError, TraceWriteError
 from ..records import check_float_decimals, line_option
-from ._layout import INDEX_NAME, ROW_BYTES, IndexRow, chunk_path, encode_row, row_for_id
+from ._layout import IndexRow, chunk_path, decode_row, encode_row, index_path
 from ._recovery import Recovery, recover
 from ._sealed import DEFAULT_LEVEL, seal
+from ._summary import Summary, episode_row
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "TraceWriter"]
 
@@ -67,7 +67,8 @@ class _TooLong(Exception):
 
 class TraceWriter:
     """One trace stream: ``append`` one record per line to numbered chunk files in
-    ``directory``, with an index row per record.
+    ``directory``, with an index row per record in ``<directory>.index.jsonl`` beside it
+    (prime-rl's layout: see ``monitors.traces``).
 
     Appends never interleave; each returns once its record and index row are written.
     A record is encoded cooperatively on the event loop (``encoder.aiterencode``) while a
@@ -94,6 +95,10 @@ class TraceWriter:
     :param seal_on_close: Seal the live chunk too at ``close`` (when ``compress``).
     :param float_decimals: Round floats to this many decimals on disk (the encoder's
         ``float_decimals``; the record itself is never changed), or None for every digit.
+    :param summary: The fields of a record's index row besides where it is (``line``,
+        ``chunk``, ``offset``, ``length``, ``step``, which the writer sets): by default
+        prime-rl's episode row (``id``, ``kind``, ``reward``, ... ; a record that is no
+        episode gets Nones). Called on the loop: it must be cheap.
     :raises ValueError: ``chunk_bytes`` is not positive, ``option`` includes
         ``OPT_INDENT_2``, or ``float_decimals`` is neither None nor an int.
     """
@@ -111,6 +116,7 @@ class TraceWriter:
         level: int = DEFAULT_LEVEL,
         seal_on_close: bool = True,
         float_decimals: int | None = None,
+        summary: Summary = episode_row,
     ) -> None:
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be positive, not {chunk_bytes!r}")
@@ -124,6 +130,8 @@ class TraceWriter:
         self.level = level
         self.seal_on_close = seal_on_close
         self.float_decimals = check_float_decimals(float_decimals)
+        self.summary = summary
+        self.index = index_path(self.directory)
         self.recovery: Recovery | None = None
         self.records = 0
         self._lock = anyio.Lock()
@@ -131,12 +139,18 @@ class TraceWriter:
         self._size = 0
         self._data_fd = -1
         self._index_fd = -1
+        self._index_size = 0
         self._closed = False
         #: The fsync (and seal) of the chunk that rolled last, and what failed in any fsync.
         self._syncing: threading.Thread | None = None
         self._sync_errors: list[str] = []
         #: Full chunks whose seal failed: left plain, tried again at close.
         self.seal_failures: set[int] = set()
+
+    @property
+    def chunk(self) -> int:
+        """The chunk appends go to (those below it are full)."""
+        return self._chunk
 
     # -- opening and closing ------------------------------------------------------------
 
@@ -159,9 +173,9 @@ class TraceWriter:
         if self._closed:
             raise TraceWriteError(f"trace stream {self.directory} is closed")
         try:
-            found = await anyio.to_thread.run_sync(recover, self.directory)
+            found = await anyio.to_thread.run_sync(recover, self.directory, self.summary)
             self._index_fd = await anyio.to_thread.run_sync(
-                os.open, self.directory / INDEX_NAME, os.O_WRONLY | os.O_APPEND
+                os.open, self.index, os.O_WRONLY | os.O_APPEND
             )
             self._data_fd = await anyio.to_thread.run_sync(
                 os.open, chunk_path(self.directory, found.chunk), os.O_WRONLY | os.O_APPEND
@@ -171,6 +185,7 @@ class TraceWriter:
         if found.mended:
             log.warning("trace stream %s was mended on reopening: %s", self.directory, found)
         self._chunk, self._size, self.records = found.chunk, found.chunk_size, found.records
+        self._index_size = found.index_size
         self.recovery = found
         if self.compress and found.unsealed:
             self._in_background(lambda: self._seal_all(found.unsealed), "seal")
@@ -274,7 +289,6 @@ class TraceWriter:
         *,
         step: int | None = None,
         kind: str | None = None,
-        subset: str | None = None,
     ) -> IndexRow:
         """Write ``value`` as one JSON line and its index row; return the row.
 
@@ -283,9 +297,9 @@ class TraceWriter:
 
         :param value: The record.
         :param step: The training step, kept in the index row.
-        :param kind: The record's kind, kept in the index row.
-        :param subset: The record's subset, kept in the index row.
-        :returns: Where the record was written.
+        :param kind: The record's kind, kept in the index row (in place of the one the
+            summary reads off the record).
+        :returns: Where the record was written, and its row.
         :raises encoder.EncodeError: The value cannot be encoded.
         :raises TraceWriteError: The disk refused, or the stream is closed.
         """
@@ -296,6 +310,7 @@ class TraceWriter:
             if self._size >= self.chunk_bytes:
                 await self._roll()
             start = self._size
+            fields = dict(self.summary(value))
             try:
                 try:
                     length = await self._stream(value, limit=self.chunk_bytes - start)
@@ -304,9 +319,15 @@ class TraceWriter:
                     await self._roll()
                     start = 0
                     length = await self._stream(value, limit=None)
-                record_id, idh = row_for_id(records.record_id(value))
-                row = IndexRow(self._chunk, start, length, step, kind, subset, record_id, idh)
-                await anyio.to_thread.run_sync(write_all, self._index_fd, encode_row(row))
+                fields["line"] = self.records + 1
+                fields["offset"] = start
+                fields["chunk"] = self._chunk
+                fields["length"] = length
+                fields["step"] = step
+                if kind is not None:
+                    fields["kind"] = kind
+                data = encode_row(fields)
+                await anyio.to_thread.run_sync(write_all, self._index_fd, data)
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):
                     await self._cut(start)
@@ -317,8 +338,9 @@ class TraceWriter:
                     ) from exc
                 raise
             self._size = start + length
+            self._index_size += len(data)
             self.records += 1
-            return row
+            return decode_row(data)
 
     async def _stream(self, value: Any, *, limit: int | None) -> int:
         """Encode ``value`` into the current chunk; raise ``_TooLong`` past ``limit`` bytes
@@ -364,7 +386,7 @@ class TraceWriter:
     async def _cut_index(self) -> None:
         """Remove a partial index row (a disk that filled up mid-row)."""
         try:
-            await anyio.to_thread.run_sync(os.ftruncate, self._index_fd, self.records * ROW_BYTES)
+            await anyio.to_thread.run_sync(os.ftruncate, self._index_fd, self._index_size)
         except OSError as exc:
             log.error("cannot cut partial index row from %s: %s", self.directory, exc)
 
