@@ -494,7 +494,7 @@ async def file_run(run: MonitorRun, root: Path, stalls: bool) -> None:
     directory = root / run.scenario.replace(" ", "-")
     monitor = FileMonitor(directory, float_decimals=DECIMALS)
     await drive(monitor, run, stalls=stalls)
-    reader = TraceReader(monitor.stream_dir("train", "all"), big_line=1 << 40)
+    reader = TraceReader(monitor.stream_dir, big_line=1 << 40)
     run.check = compare_lines([orjson.dumps(record) for record in reader], run, stamp=False)
     shutil.rmtree(directory, ignore_errors=True)
 

@@ -420,7 +420,7 @@ async def drive_monitor(
     timing the calls and probing the loop (not while an episode is built or freed)."""
     monitor = FileMonitor(root, chunk_bytes=chunk_bytes, compress=compress, level=LEVEL)
     await monitor.start()
-    stream = monitor.stream_dir("train", "all")
+    stream = monitor.stream_dir  # root/monitors/file/traces/stream: every episode
     nbytes = 0
     busy = slowest = building_cpu = 0.0
     with BacklogWatch(stream) as watch:
@@ -605,7 +605,7 @@ async def write_stream(
     writer = TraceWriter(directory, chunk_bytes=chunk_bytes, compress=compress, level=LEVEL)
     t0 = time.perf_counter()
     for i, episode in enumerate(episodes):
-        await writer.append(episode.to_record(), step=i // 256, kind="train", subset="all")
+        await writer.append(episode.to_record(), step=i // 256, kind="train")
     t1 = time.perf_counter()
     await writer.close()
     return t1 - t0, time.perf_counter() - t1

@@ -168,7 +168,19 @@ class Monitor(ABC):
         :param episodes: The episodes, in the order they are to be stored.
         :param step: The training step they belong to.
         :param kind: ``"train"`` or ``"eval"``.
-        :param subset: ``"all"`` or ``"effective"``: which of the kind's two streams.
+        :param subset: ``"all"``, every episode; or ``"effective"``, the cohort a step ships
+            (a trace file records it as annotations on the episodes, not a second copy).
+        """
+
+    async def log_annotations(  # noqa: B027 - optional: monitors without traces ignore them
+        self, updates: Iterable[Mapping[str, Any]], *, step: int | None = None
+    ) -> None:
+        """Record trace updates, facts learnt about logged traces later (prime-rl's
+        ``make_update``: ``{"version", "trace_id", "info", "branches"}``). Monitors that keep
+        no trace files ignore them.
+
+        :param updates: The updates, in order.
+        :param step: The training step, if any.
         """
 
     async def log(
@@ -282,6 +294,12 @@ class Monitors(Monitor):
     ) -> None:
         batch = list(episodes)  # every monitor sees the same episodes
         await self._each(f"step {step}", "log_episodes", batch, step=step, kind=kind, subset=subset)
+
+    async def log_annotations(
+        self, updates: Iterable[Mapping[str, Any]], *, step: int | None = None
+    ) -> None:
+        batch = list(updates)  # every monitor sees the same updates
+        await self._each("annotations", "log_annotations", batch, step=step)
 
     async def finalize(self) -> None:
         if self._finalized:

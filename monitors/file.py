@@ -1,4 +1,5 @@
-"""FileMonitor: metrics to a JSONL file, episodes to one trace stream per (kind, subset)."""
+"""FileMonitor: a run directory in prime-rl's layout: metrics rows, one trace stream, its
+annotations."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import anyio
 import encoder
 
 from ._files import last_newline_end, write_all
+from ._tracelog import RunDir, TraceLog, check_updates
 from .base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import TraceWriteError
 from .records import (
@@ -29,12 +31,11 @@ from .records import (
 )
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
 from .traces._sealed import DEFAULT_LEVEL
+from .traces._summary import Summary
 
 __all__ = ["FileMonitor"]
 
 log = logging.getLogger("monitors.file")
-
-METRICS_NAME = "metrics.jsonl"
 
 
 def ensure_writable_dir(root: Path) -> None:
@@ -88,19 +89,26 @@ async def close_streams(writers: Iterable[TraceWriter]) -> list[TraceWriteError]
 ROW_KEYS: Final = ("step", "time")
 
 
-def metrics_row(metrics: Mapping[str, Any], *, step: int) -> dict[str, Any]:
+def metrics_row(
+    metrics: Mapping[str, Any], *, step: int, producer: str | None = None
+) -> dict[str, Any]:
     """One ``metrics.jsonl`` row, as prime-rl's file monitor writes it: ``{"step": step,
-    "time": now, **metrics}``, the metrics finite (``finite_metrics``). A metric named
-    ``step`` or ``time`` would overwrite the row's own key: it is dropped and named."""
+    "time": now, **metrics}`` (and ``"producer"`` last, when given), the metrics finite
+    (``finite_metrics``). A metric named ``step`` or ``time`` (or ``producer``, when given)
+    would overwrite the row's own key: it is dropped and named."""
     kept = finite_metrics(metrics, step=step)
-    clashing = [key for key in ROW_KEYS if key in kept]
+    own = ROW_KEYS if producer is None else (*ROW_KEYS, "producer")
+    clashing = [key for key in own if key in kept]
     if clashing:
         log.warning(
             "step %d: dropped metrics named as a row's own keys: %s", step, ", ".join(clashing)
         )
         for key in clashing:
             del kept[key]
-    return {"step": step, "time": time.time(), **kept}
+    row = {"step": step, "time": time.time(), **kept}
+    if producer is not None:
+        row["producer"] = producer
+    return row
 
 
 def degraded(writers: Iterable[TraceWriter], records: Records) -> dict[str, int]:
@@ -154,63 +162,25 @@ def _mend_tail(fd: int, path: Path) -> int:
     return size - end
 
 
-async def write_episodes(
-    writer: TraceWriter,
-    batch: list[Any],
-    ledger: Ledger,
-    records: Records,
-    *,
-    step: int,
-    kind: Kind,
-    subset: Subset,
-) -> int:
-    """Append each episode's record to ``writer``, in order, counting each in ``ledger``:
-    delivered once written, else lost as ``bad_record`` (not a record, or ``to_record()``
-    raised; the rest go on), ``encode_error`` (likewise), ``write_error`` or ``cancelled``
-    (this one and the rest, then the error is raised).
-
-    :param writer: The stream to append to.
-    :param batch: The episodes.
-    :param ledger: Where deliveries and losses are counted.
-    :param records: What turns each episode into the value encoded.
-    :param step: The training step, written into each index row (as are kind and subset).
-    :param kind: ``"train"`` or ``"eval"``.
-    :param subset: ``"all"`` or ``"effective"``.
-    :returns: The highest chunk number written to (-1: none).
-    :raises TraceWriteError: The disk refused a write.
-    """
-    chunk = -1
-    for i, episode in enumerate(batch):
-        try:
-            record = records.value(episode)
-        except Exception as exc:
-            ledger.lost["bad_record"] += 1
-            log.warning("step %d: episode %d has no record: %r", step, i, exc)
-            continue
-        try:
-            row = await writer.append(record, step=step, kind=kind, subset=subset)
-        except encoder.EncodeError as exc:
-            ledger.lost["encode_error"] += 1
-            log.warning("step %d: episode %d not written: %s", step, i, exc)
-        except TraceWriteError:
-            ledger.lost["write_error"] += len(batch) - i
-            raise
-        except BaseException:
-            ledger.lost["cancelled"] += len(batch) - i
-            raise
-        else:
-            ledger.delivered += 1
-            chunk = max(chunk, row.chunk)
-    return chunk
-
-
 class FileMonitor(Monitor):
-    """Writes a run to ``root``:
+    """Writes a run to its directory ``root`` in prime-rl's file-monitor layout, which
+    prime-rl's own tools (its dashboard, eval resume, scripts) read:
 
-        root/metrics.jsonl                          {"step", "time", **metrics} per call
-        root/traces/<kind>/<subset>/00000.jsonl.zst  one episode per line (monitors.traces),
-                                                    sealed with zstd once full
-        root/traces/<kind>/<subset>/00001.jsonl      the live chunk, plain until finalize
+        root/monitors/file/metrics.jsonl                 {"step", "time", **metrics} per call
+        root/monitors/file/traces/stream/00000.jsonl.zst every episode, train and eval, one
+                                                         per line in arrival order, sealed
+                                                         with zstd once full
+        root/monitors/file/traces/stream/00001.jsonl     the live chunk, plain until finalize
+        root/monitors/file/traces/stream.index.jsonl     a row per episode: prime-rl's
+                                                         index_row (reward, tokens, ...) and
+                                                         where it is (line, chunk, offset)
+        root/monitors/file/traces/annotations/<producer>/  updates naming traces (the
+                                                         shipped cohort, log_annotations)
+
+    Each episode is written once. ``log_episodes(..., subset="effective")`` writes no second
+    copy: it marks the episodes' traces as shipped at that step in the annotation stream
+    (``monitors.traces.read_records(..., fold=True)`` folds them back on), and writes an
+    episode to the stream first only if it is not there yet.
 
     ``start`` creates ``root`` and checks it can be written, so that a wrong path fails
     there. ``log_episodes`` returns once its episodes are written, in order, while the event
@@ -238,6 +208,9 @@ class FileMonitor(Monitor):
         (logprobs, advantages, ...) of verifiers episodes rounded to this many decimals,
         verifiers' and prime-rl's default; None writes every digit. A dict or another
         model is written as given.
+    :param producer: This process's name among a run's writers: added to each metrics row
+        (``"producer"``) and naming its annotation stream (None: ``"unknown"``), as
+        prime-rl's.
     :raises ValueError: ``option`` includes ``OPT_INDENT_2``, or ``float_decimals`` is
         neither None nor an int.
     """
@@ -254,8 +227,13 @@ class FileMonitor(Monitor):
         level: int = DEFAULT_LEVEL,
         seal_on_finalize: bool = True,
         float_decimals: int | None = DEFAULT_FLOAT_DECIMALS,
+        producer: str | None = None,
     ) -> None:
         self.root = Path(root)
+        self.producer = producer
+        self.run = RunDir(self.root)
+        #: The episodes' stream (``root/monitors/file/traces/stream``).
+        self.stream_dir = self.run.stream
         self.chunk_bytes = chunk_bytes
         self.option = option
         line_option(option)  # refuse an option no JSON Lines record can take, now
@@ -268,36 +246,24 @@ class FileMonitor(Monitor):
         self._records = Records(self.float_decimals)
         self._ledger = Ledger()
         self._metrics_ledger = Ledger()
-        self._streams: dict[tuple[str, str], TraceWriter] = {}
+        self._traces = TraceLog(self.run, producer=producer, writer=self._writer)
         self._metrics_lock = anyio.Lock()
         #: Whether metrics.jsonl is known to end with a whole line (else it is mended first).
         self._metrics_whole = False
         self._finalized = False
 
-    def stream_dir(self, kind: Kind, subset: Subset) -> Path:
-        """Where a (kind, subset) stream lives: ``root/traces/<kind>/<subset>``.
-
-        :param kind: ``"train"`` or ``"eval"``.
-        :param subset: ``"all"`` or ``"effective"``.
-        """
-        return self.root / "traces" / kind / subset
-
-    def _stream(self, kind: Kind, subset: Subset) -> TraceWriter:
-        key = (kind, subset)
-        writer = self._streams.get(key)
-        if writer is None:
-            writer = TraceWriter(
-                self.stream_dir(kind, subset),
-                chunk_bytes=self.chunk_bytes,
-                option=self.option,
-                default=self.default,
-                fsync=self.fsync,
-                compress=self.compress,
-                level=self.level,
-                seal_on_close=self.seal_on_finalize,
-            )
-            self._streams[key] = writer
-        return writer
+    def _writer(self, directory: Path, summary: Summary) -> TraceWriter:
+        return TraceWriter(
+            directory,
+            chunk_bytes=self.chunk_bytes,
+            option=self.option,
+            default=self.default,
+            fsync=self.fsync,
+            compress=self.compress,
+            level=self.level,
+            seal_on_close=self.seal_on_finalize,
+            summary=summary,
+        )
 
     async def start(self) -> None:
         """Create ``root`` and check that it can be written (in a worker thread).
@@ -334,7 +300,7 @@ class FileMonitor(Monitor):
         ledger.submitted += 1
         try:
             line = encoder.encode(
-                metrics_row(metrics, step=step),
+                metrics_row(metrics, step=step, producer=self.producer),
                 option=self.option | encoder.OPT_APPEND_NEWLINE | encoder.OPT_SERIALIZE_NUMPY,
                 default=self.default,
             )
@@ -342,7 +308,7 @@ class FileMonitor(Monitor):
             ledger.lost["encode_error"] += 1
             log.warning("step %d: metrics not written: %s", step, exc)
             return
-        path = self.root / METRICS_NAME
+        path = self.run.metrics
         try:
             async with self._metrics_lock:
                 await anyio.to_thread.run_sync(self._append_metrics, path, line)
@@ -388,15 +354,30 @@ class FileMonitor(Monitor):
             ledger.refuse(len(batch), START_FAILED)
             return
         ledger.submitted += len(batch)
-        await write_episodes(
-            self._stream(kind, subset),
-            batch,
-            ledger,
-            self._records,
-            step=step,
-            kind=kind,
-            subset=subset,
-        )
+        await self._traces.log(batch, ledger, self._records, step=step, kind=kind, subset=subset)
+
+    async def log_annotations(
+        self, updates: Iterable[Mapping[str, Any]], *, step: int | None = None
+    ) -> None:
+        """Append trace updates (prime-rl's ``make_update``: ``{"version", "trace_id",
+        "info", "branches"}``) to this producer's annotation stream, in order, each with
+        its index row (``trace_id``, ``info``, where it is). Readers fold them onto the
+        episodes' traces when asked (``read_records(..., fold=True)``).
+
+        :param updates: The updates.
+        :param step: The training step, kept in each index row.
+        :raises TypeError: An update is not a Mapping with a string ``trace_id`` (nothing of
+            the call is written).
+        :raises TraceWriteError: The disk refused a write.
+        :raises encoder.EncodeError: An update cannot be encoded (those before it are
+            written).
+        :raises RuntimeError: The monitor is finalized, or its start failed.
+        """
+        self._check_open()
+        batch = check_updates(updates)
+        if self.start_error is not None:
+            raise RuntimeError(f"FileMonitor did not start: {self.start_error}")
+        await self._traces.annotate(batch, step=step)
 
     async def finalize(self) -> None:
         if self._finalized:
@@ -406,7 +387,7 @@ class FileMonitor(Monitor):
             self._report_start_failure(
                 episodes=self._ledger.submitted, metrics_rows=self._metrics_ledger.submitted
             )
-        failures = await close_streams(self._streams.values())
+        failures = await close_streams(self._traces.writers())
         if failures:
             raise failures[0]
 
@@ -414,7 +395,7 @@ class FileMonitor(Monitor):
         """Episodes: submitted, written, lost by reason; ``degraded``: chunks left plain
         because sealing them failed (``seal_failed``), ``to_record()`` calls that held the
         event loop (``slow_to_record``)."""
-        return self._ledger.snapshot(degraded=degraded(self._streams.values(), self._records))
+        return self._ledger.snapshot(degraded=degraded(self._traces.writers(), self._records))
 
     def metrics_stats(self) -> DeliveryStats:
         """Metrics rows (one per ``log_metrics`` call): submitted, written, lost by reason."""

@@ -18,9 +18,10 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ._tracelog import RunDir, TraceLog, check_updates
 from .base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import MonitorError
-from .file import close_streams, degraded, ensure_writable_dir, write_episodes
+from .file import close_streams, degraded, ensure_writable_dir
 from .records import (
     DEFAULT_FLOAT_DECIMALS,
     Kind,
@@ -31,8 +32,9 @@ from .records import (
     line_option,
 )
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
-from .traces._layout import INDEX_NAME, chunk_path, scan, sealed_path
+from .traces._layout import chunk_path, scan, sealed_path
 from .traces._sealed import DEFAULT_LEVEL
+from .traces._summary import Summary
 
 if TYPE_CHECKING:
     from wandb import Run
@@ -83,8 +85,10 @@ class _Stream:
 class WandbMonitor(Monitor):
     """Logs a run to Weights & Biases:
 
-        run history                                       log_metrics, one row per step
-        <run.dir>/traces/<kind>/<subset>/00000.jsonl.zst  log_episodes (see monitors.traces)
+        run history                                        log_metrics, one row per step
+        <run.dir>/monitors/file/traces/stream/             log_episodes, as FileMonitor
+        <run.dir>/monitors/file/traces/stream.index.jsonl  writes them (prime-rl's layout)
+        <run.dir>/monitors/file/traces/annotations/...     log_annotations, the shipped cohort
 
     The loop never waits on the SDK: wandb is imported and the run (one per monitor)
     created in a worker thread, ``run.log`` is called in order by one worker, and each
@@ -100,19 +104,19 @@ class WandbMonitor(Monitor):
     plain at ``finalize``, and counted in ``stats().degraded["seal_failed"]``. Without
     ``compress``, each plain chunk is saved once the stream rolls past it.
 
-    Reading traces back from a run: download its ``traces/`` files, keeping their paths,
-    then read a stream's directory with ``monitors.traces.read_records`` (plain and sealed
-    chunks alike), or from a shell with ``zstd -dcf DIR/0*.jsonl* | jq`` (``-f`` passes a
-    chunk left plain through as it is; on sealed chunks alone, ``DIR/*.zst`` will do)::
+    Reading traces back from a run: download its ``monitors/`` files, keeping their paths;
+    the directory they land in is a run directory that nodewise's readers and CLI and
+    prime-rl's tools read, as a FileMonitor's (or, from a shell, ``zstd -dcf
+    DIR/0*.jsonl* | jq`` on the stream's directory; ``-f`` passes a chunk left plain through
+    as it is)::
 
         run = wandb.Api().run("entity/project/run_id")
-        for f in run.files(pattern="traces/%"):
+        for f in run.files(pattern="monitors/%"):
             f.download(root="run", exist_ok=True)
-        for record in monitors.traces.read_records("run/traces/train/all"):
+        for record in monitors.traces.read_records("run"):
             ...
 
-    ``run.file("traces/train/all/00000.jsonl.zst").download(root="run")`` fetches a single
-    file; ``monitors.traces.read_record`` finds one record through the stream's index.
+    ``monitors.traces.read_record("run", n)`` finds one record through the stream's index.
 
     :param project: The W&B project.
     :param entity: The W&B team or user; None for the default one.
@@ -139,6 +143,7 @@ class WandbMonitor(Monitor):
         (logprobs, advantages, ...) of verifiers episodes rounded to this many decimals,
         verifiers' and prime-rl's default; None writes every digit. A dict or another
         model is written as given.
+    :param producer: Names this process's annotation stream (None: ``"unknown"``).
     :param metrics_queue: Steps that may wait for ``run.log``; a step logged while they
         all wait is dropped (``queue_full``).
     :param init_attempts: ``wandb.init`` attempts on transient failures (``CommError``,
@@ -169,6 +174,7 @@ class WandbMonitor(Monitor):
         level: int = DEFAULT_LEVEL,
         seal_on_finalize: bool = True,
         float_decimals: int | None = DEFAULT_FLOAT_DECIMALS,
+        producer: str | None = None,
         metrics_queue: int = 10_000,
         init_attempts: int = 5,
         retry_base: float = 1.0,
@@ -195,6 +201,7 @@ class WandbMonitor(Monitor):
         self.level = level
         self.seal_on_finalize = seal_on_finalize
         self.float_decimals = check_float_decimals(float_decimals)
+        self.producer = producer
         self._records = Records(self.float_decimals)
         self.metrics_queue = metrics_queue
         self.init_attempts = init_attempts
@@ -202,7 +209,8 @@ class WandbMonitor(Monitor):
         self.run: Run | None = None
         self._ledger = Ledger()
         self._metrics_ledger = Ledger()
-        self._streams: dict[tuple[str, str], _Stream] = {}
+        self._streams: dict[Path, _Stream] = {}
+        self._traces: TraceLog | None = None
         self._group: TaskGroup | None = None
         self._metrics_send: MemoryObjectSendStream[_Step] | None = None
         self._started = False
@@ -324,7 +332,7 @@ class WandbMonitor(Monitor):
             with anyio.CancelScope(shield=True):
                 failures = []
                 try:
-                    streams = list(self._streams.values())
+                    streams = self._opened_streams() if self._traces is not None else []
                     # A failure is logged; the files still go to W&B.
                     failures = await close_streams(stream.writer for stream in streams)
                     for stream in streams:
@@ -355,16 +363,15 @@ class WandbMonitor(Monitor):
         cancelled)."""
         return self._metrics_ledger.snapshot()
 
-    def stream_dir(self, kind: Kind, subset: Subset) -> Path:
-        """Where a (kind, subset) stream lives: ``<run.dir>/traces/<kind>/<subset>``.
+    @property
+    def stream_dir(self) -> Path:
+        """The episodes' stream: ``<run.dir>/monitors/file/traces/stream``.
 
-        :param kind: ``"train"`` or ``"eval"``.
-        :param subset: ``"all"`` or ``"effective"``.
-        :raises RuntimeError: The monitor is not started, so the run has no directory.
+        :raises RuntimeError: The run does not exist yet (the monitor is not started).
         """
         if self.run is None:
-            raise RuntimeError("WandbMonitor is not started; the run has no directory yet")
-        return Path(self.run.dir) / "traces" / kind / subset
+            raise RuntimeError("WandbMonitor is not started: its run has no directory yet")
+        return RunDir(Path(self.run.dir)).stream
 
     def _check_open(self) -> bool:
         """Whether the monitor takes records (False: its start failed, so they are lost).
@@ -439,22 +446,37 @@ class WandbMonitor(Monitor):
 
     # -- episodes -----------------------------------------------------------------------
 
-    def _stream(self, kind: Kind, subset: Subset) -> _Stream:
-        key = (kind, subset)
-        stream = self._streams.get(key)
-        if stream is None:
-            writer = TraceWriter(
-                self.stream_dir(kind, subset),
-                chunk_bytes=self.chunk_bytes,
-                option=self.option,
-                default=self.default,
-                fsync=self.fsync,
-                compress=self.compress,
-                level=self.level,
-                seal_on_close=self.seal_on_finalize,
-            )
-            stream = self._streams[key] = _Stream(writer)
-        return stream
+    def _writer(self, directory: Path, summary: Summary) -> TraceWriter:
+        return TraceWriter(
+            directory,
+            chunk_bytes=self.chunk_bytes,
+            option=self.option,
+            default=self.default,
+            fsync=self.fsync,
+            compress=self.compress,
+            level=self.level,
+            seal_on_close=self.seal_on_finalize,
+            summary=summary,
+        )
+
+    def _trace_log(self) -> TraceLog:
+        if self._traces is None:
+            assert self.run is not None
+            run = RunDir(Path(self.run.dir))
+            self._traces = TraceLog(run, producer=self.producer, writer=self._writer)
+        return self._traces
+
+    def _opened_streams(self) -> list[_Stream]:
+        """A ``_Stream`` for each stream the trace log opened, each noted full below the
+        chunk its writer is at."""
+        streams = []
+        for writer in self._trace_log().writers():
+            stream = self._streams.get(writer.directory)
+            if stream is None:
+                stream = self._streams[writer.directory] = _Stream(writer)
+            stream.rolled_to(writer.chunk)
+            streams.append(stream)
+        return streams
 
     async def log_episodes(
         self,
@@ -464,8 +486,8 @@ class WandbMonitor(Monitor):
         kind: Kind = "train",
         subset: Subset = "effective",
     ) -> None:
-        """Write the episodes to the (kind, subset) trace stream, in order, as
-        ``FileMonitor`` does; full chunks that are final by now (sealed, without
+        """Write the episodes to the run's trace stream (the ``"effective"`` cohort as
+        annotations), in order, as ``FileMonitor`` does; full chunks that are final by now (sealed, without
         ``compress``: rolled past) are then handed to W&B.
 
         :param episodes: verifiers episodes, pydantic models, objects with ``to_record()``, or
@@ -487,13 +509,34 @@ class WandbMonitor(Monitor):
         if self._disabled:  # mode="disabled": W&B keeps nothing, so neither do we
             ledger.lost["disabled"] += len(batch)
             return
-        stream = self._stream(kind, subset)
-        chunk = await write_episodes(
-            stream.writer, batch, ledger, self._records, step=step, kind=kind, subset=subset
-        )
-        stream.rolled_to(chunk)
-        if stream.waiting():
-            await self._hand_over(stream, final=False)
+        traces = self._trace_log()
+        await traces.log(batch, ledger, self._records, step=step, kind=kind, subset=subset)
+        await self._save_full_chunks()
+
+    async def _save_full_chunks(self) -> None:
+        for stream in self._opened_streams():
+            if stream.waiting():
+                await self._hand_over(stream, final=False)
+
+    async def log_annotations(
+        self, updates: Iterable[Mapping[str, Any]], *, step: int | None = None
+    ) -> None:
+        """Append trace updates to this producer's annotation stream, as ``FileMonitor``
+        does; its sealed chunks and index are saved to the run as the episodes' are. With
+        ``mode="disabled"`` nothing is kept, and nothing raised (as its episodes).
+
+        :raises TypeError: An update is not a Mapping with a string ``trace_id``.
+        :raises TraceWriteError: The disk refused a write.
+        :raises RuntimeError: The monitor is not started, or finalized, or its start failed.
+        """
+        running = self._check_open()
+        batch = check_updates(updates)
+        if not running:
+            raise RuntimeError(f"WandbMonitor keeps no annotations: {self.start_error}")
+        if self._disabled:  # mode="disabled": W&B keeps nothing, so neither do we
+            return
+        await self._trace_log().annotate(batch, step=step)
+        await self._save_full_chunks()
 
     async def _hand_over(self, stream: _Stream, *, final: bool) -> None:
         """Save the stream's full chunks that are final and not saved yet (``final``: every
@@ -540,5 +583,6 @@ class WandbMonitor(Monitor):
             run.save(str(path), base_path=run.dir, policy="now")
             stream.saved.add(n)
             stream.unsaved.discard(n)
-        if final and (directory / INDEX_NAME).exists():
-            run.save(str(directory / INDEX_NAME), base_path=run.dir, policy="now")
+        index = stream.writer.index
+        if final and index.exists():
+            run.save(str(index), base_path=run.dir, policy="now")

@@ -27,7 +27,15 @@ from monitors import DeliveryStats, FileMonitor, TraceWriteError
 from monitors import file as file_module
 from monitors.records import Subset
 from monitors.traces import _writer, read_records
-from monitors.traces._layout import ROW_BYTES, chunk_path, list_chunks, scan, sealed_path
+from monitors.traces._index import count_rows
+from monitors.traces._layout import (
+    RUN_ANNOTATIONS,
+    chunk_path,
+    index_path,
+    list_chunks,
+    scan,
+    sealed_path,
+)
 from monitors.traces._sealed import seal as real_seal
 
 
@@ -36,8 +44,16 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def index_rows(monitor: FileMonitor) -> list[dict[str, Any]]:
+    """The rows of the monitor's stream index, parsed."""
+    return [orjson.loads(line) for line in index_path(monitor.stream_dir).read_bytes().splitlines()]
+
+
 def metrics_lines(root: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in (root / "metrics.jsonl").read_bytes().splitlines()]
+    return [
+        orjson.loads(line)
+        for line in (root / "monitors" / "file" / "metrics.jsonl").read_bytes().splitlines()
+    ]
 
 
 def assert_accounted(stats: DeliveryStats) -> None:
@@ -124,10 +140,11 @@ async def test_log_dispatches_mappings_to_metrics_and_the_rest_to_episodes(
         await monitor.log(({"e": 5},), step=2, kind="train", subset="all")
         stats = monitor.stats()
     assert [m["loss"] for m in metrics_lines(tmp_path)] == [1.0]
-    assert list(read_records(monitor.stream_dir("eval", "all"))) == [{"e": 1}, {"e": 2}]
-    assert list(read_records(monitor.stream_dir("train", "effective"))) == [{"e": 3}, {"e": 4}]
-    assert list(read_records(monitor.stream_dir("train", "all"))) == [{"e": 5}]
-    assert monitor.stream_dir("eval", "all") == tmp_path / "traces" / "eval" / "all"
+    # One stream, in arrival order; the kind is in each row.
+    assert list(read_records(tmp_path)) == [{"e": n} for n in range(1, 6)]
+    assert [row["kind"] for row in index_rows(monitor)] == ["eval"] * 2 + ["train"] * 3
+    assert [row["step"] for row in index_rows(monitor)] == [1, 1, 2, 2, 2]
+    assert monitor.stream_dir == tmp_path / "monitors" / "file" / "traces" / "stream"
     assert stats == DeliveryStats(submitted=5, delivered=5, lost={})
 
 
@@ -176,7 +193,8 @@ def whole_lines(path: Path) -> list[dict[str, Any]]:
 async def test_a_metrics_write_that_fails_part_way_leaves_whole_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, room: int
 ) -> None:
-    path = tmp_path / "metrics.jsonl"
+    path = tmp_path / "monitors" / "file" / "metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
     async with FileMonitor(tmp_path) as monitor:
         await monitor.log_metrics({"loss": 1.0}, step=0)
         before = path.read_bytes()
@@ -211,7 +229,7 @@ async def test_short_writes_still_write_the_whole_line(
         await monitor.log_metrics({"loss": 1.0, "name": "a" * 50}, step=0)
         await monitor.log_metrics({"loss": 2.0}, step=1)
     assert len(calls) > 10
-    lines = whole_lines(tmp_path / "metrics.jsonl")
+    lines = whole_lines(tmp_path / "monitors" / "file" / "metrics.jsonl")
     assert [m["loss"] for m in lines] == [1.0, 2.0]
 
 
@@ -219,7 +237,8 @@ async def test_short_writes_still_write_the_whole_line(
 async def test_a_partial_line_that_could_not_be_cut_is_mended_before_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "metrics.jsonl"
+    path = tmp_path / "monitors" / "file" / "metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
     real_ftruncate = os.ftruncate
 
     def refuse(fd: int, size: int) -> None:
@@ -253,7 +272,8 @@ async def test_a_partial_line_that_could_not_be_cut_is_mended_before_the_next(
 async def test_a_torn_tail_is_mended_on_the_first_metrics(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, torn: bytes, whole: int
 ) -> None:
-    path = tmp_path / "metrics.jsonl"
+    path = tmp_path / "monitors" / "file" / "metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
     earlier = b"".join(
         orjson.dumps({"step": n, "time": 1.0, "metrics": {"loss": n}}) + b"\n" for n in range(whole)
     )
@@ -274,7 +294,8 @@ async def test_a_torn_tail_is_mended_on_the_first_metrics(
 async def test_a_whole_metrics_file_is_appended_to_as_it_is(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "metrics.jsonl"
+    path = tmp_path / "monitors" / "file" / "metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
     earlier = b'{"step":0,"time":1.0,"metrics":{}}\n'
     path.write_bytes(earlier)
     caplog.set_level(logging.WARNING, logger="monitors")
@@ -396,7 +417,7 @@ async def test_float_decimals_leaves_a_dict_as_given(tmp_path: Path) -> None:
     kept = copy.deepcopy(record)
     async with FileMonitor(tmp_path, float_decimals=2, option=orjson.OPT_SERIALIZE_NUMPY) as m:
         await m.log_episodes([record], step=0)
-    stream = m.stream_dir("train", "effective")
+    stream = m.stream_dir
     line = chunk_bytes(stream, 0)
     assert line == orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
     (got,) = read_records(stream)
@@ -410,7 +431,7 @@ def stream_files(directory: Path) -> list[str]:
 
 @pytest.mark.anyio
 async def test_compress_options_reach_every_stream(tmp_path: Path) -> None:
-    episodes = [{"n": n, "pad": "x" * 80} for n in range(3)]  # one chunk each
+    episodes = [{"id": f"e{n}", "traces": [{"id": f"t{n}"}], "pad": "x" * 80} for n in range(3)]
     runs: dict[str, dict[str, Any]] = {
         "default": {},
         "plain": {"compress": False},
@@ -420,22 +441,20 @@ async def test_compress_options_reach_every_stream(tmp_path: Path) -> None:
         async with FileMonitor(tmp_path / name, chunk_bytes=100, **options) as monitor:
             for subset in ("all", "effective"):
                 await monitor.log_episodes(episodes, step=0, subset=subset)
-        for subset in ("all", "effective"):
-            stream = monitor.stream_dir("train", subset)  # type: ignore[arg-type]
-            assert list(read_records(stream)) == episodes
+        traces = tmp_path / name / "monitors" / "file" / "traces"
+        assert list(read_records(monitor.stream_dir)) == episodes  # each once
+        # One record per chunk, in the stream and in the annotations; indexes beside.
+        for stream in (monitor.stream_dir, traces / "annotations" / "unknown"):
+            assert len(list(read_records(stream))) == 3
+            assert index_path(stream).is_file()
             files = stream_files(stream)
             if name == "default":
-                assert files == [
-                    "00000.jsonl.zst",
-                    "00001.jsonl.zst",
-                    "00002.jsonl.zst",
-                    "index.jsonl",
-                ]
+                assert files == ["00000.jsonl.zst", "00001.jsonl.zst", "00002.jsonl.zst"]
             elif name == "plain":
-                assert files == ["00000.jsonl", "00001.jsonl", "00002.jsonl", "index.jsonl"]
+                assert files == ["00000.jsonl", "00001.jsonl", "00002.jsonl"]
             else:
-                assert files == ["00000.jsonl.zst", "00001.jsonl.zst", "00002.jsonl", "index.jsonl"]
-        assert {w.level for w in monitor._streams.values()} == {options.get("level", 3)}
+                assert files == ["00000.jsonl.zst", "00001.jsonl.zst", "00002.jsonl"]
+        assert {w.level for w in monitor._traces.writers()} == {options.get("level", 3)}
         assert monitor.stats() == DeliveryStats(6, 6, {})
 
 
@@ -465,7 +484,7 @@ async def test_stats_count_chunks_whose_seal_failed(
     await monitor.start()
     await monitor.log_episodes(episodes, step=0)
     await monitor.log_episodes([{"n": 4, "pad": "x" * 80}], step=1)  # waits for chunk 2's seal
-    stream = monitor.stream_dir("train", "effective")
+    stream = monitor.stream_dir
     assert monitor.stats() == DeliveryStats(5, 5, {}, {"seal_failed": 1})
     assert "degraded={'seal_failed': 1}" in repr(monitor.stats())
     # Chunk 1 left plain and readable; 4 is live, and 3 may still be sealing.
@@ -488,7 +507,7 @@ async def test_a_seal_that_fails_for_good_stays_plain_and_counted(
     episodes = [{"n": n, "pad": "x" * 80} for n in range(3)]
     async with FileMonitor(tmp_path, chunk_bytes=100) as monitor:
         await monitor.log_episodes(episodes, step=0)
-    stream = monitor.stream_dir("train", "effective")
+    stream = monitor.stream_dir
     assert monitor.stats() == DeliveryStats(3, 3, {}, {"seal_failed": 2})  # 2: the live one
     assert chunk_path(stream, 0).is_file()
     assert sealed_path(stream, 1).is_file()
@@ -521,7 +540,7 @@ async def test_records_are_built_lazily_once_each(tmp_path: Path) -> None:
     built: list[int] = []
     episodes = [Lazy(n, built) for n in range(6)]
     async with FileMonitor(tmp_path) as monitor:
-        stream = monitor.stream_dir("train", "effective")
+        stream = monitor.stream_dir
         seen_when_built: list[int] = []
 
         class Watching(Lazy):
@@ -559,7 +578,7 @@ async def test_bad_records_are_counted_and_the_rest_written(
         with caplog.at_level(logging.WARNING):
             await monitor.log_episodes(episodes, step=9, subset="all")
         stats = monitor.stats()
-    got = list(read_records(monitor.stream_dir("train", "all")))
+    got = list(read_records(monitor.stream_dir))
     assert [r["n"] for r in got] == [0, 3, 7]
     assert got[1] == Lazy(3, []).to_record()
     assert stats.submitted == 8
@@ -608,7 +627,7 @@ async def test_cancelled_log_episodes_counts_what_was_not_written(
         assert scope.cancelled_caught
         assert monitor.stats() == DeliveryStats(5, 1, {"cancelled": 4})
         await monitor.log_episodes([{"n": 5}], step=2)
-    assert list(read_records(monitor.stream_dir("train", "effective"))) == [{"n": 0}, {"n": 5}]
+    assert list(read_records(monitor.stream_dir)) == [{"n": 0}, {"n": 5}]
     assert_accounted(monitor.stats())
 
 
@@ -625,9 +644,7 @@ async def test_finalize_is_idempotent_and_closes(tmp_path: Path) -> None:
         await monitor.log_episodes([{"n": 5}], step=1)
     with pytest.raises(RuntimeError, match="finalized"):
         await monitor.log_metrics({"a": 1.0}, step=1)
-    assert [r["n"] for r in read_records(monitor.stream_dir("train", "effective"))] == list(
-        range(5)
-    )
+    assert [r["n"] for r in read_records(monitor.stream_dir)] == list(range(5))
     assert monitor.stats() == DeliveryStats(5, 5, {})
 
 
@@ -651,24 +668,24 @@ async def test_a_failed_fsync_is_raised_by_finalize_after_closing_every_stream(
     monkeypatch.setattr(os, "fsync", fsync)
     monitor = FileMonitor(tmp_path, chunk_bytes=100)
     await monitor.start()
-    episodes = [{"n": n, "pad": "x" * 80} for n in range(3)]  # one chunk each: two rolls
+    # One chunk each, in the stream and in the annotations: two rolls in each.
+    episodes = [{"id": f"e{n}", "traces": [{"id": f"t{n}"}], "pad": "x" * 80} for n in range(3)]
     for subset in ("all", "effective"):
         await monitor.log_episodes(episodes, step=0, subset=subset)
     stats = monitor.stats()
     assert (stats.submitted, stats.delivered, stats.lost) == (6, 6, {})
     with pytest.raises(TraceWriteError, match="Input/output error") as info:
         await monitor.finalize()
-    assert "traces/train/all" in str(info.value)  # the first stream's error
-    assert open_files_under(tmp_path) == []  # and the second stream was closed too
-    for subset in ("all", "effective"):
-        assert list(read_records(monitor.stream_dir("train", subset))) == episodes  # type: ignore[arg-type]
+    assert str(info.value).startswith(f"trace stream {monitor.stream_dir} ")  # the first's
+    assert open_files_under(tmp_path) == []  # and the annotations' stream was closed too
+    assert list(read_records(monitor.stream_dir)) == episodes
+    assert len(list(read_records(tmp_path / RUN_ANNOTATIONS / "unknown"))) == 3
     # A seal fsyncs what it wrote: with fsync failing every chunk stayed plain, and says so.
     assert monitor.stats() == DeliveryStats(6, 6, {}, {"seal_failed": 6})
-    assert sorted(p.name for p in monitor.stream_dir("train", "all").iterdir()) == [
+    assert sorted(p.name for p in monitor.stream_dir.iterdir()) == [
         "00000.jsonl",
         "00001.jsonl",
         "00002.jsonl",
-        "index.jsonl",
     ]
 
 
@@ -726,7 +743,7 @@ async def test_disk_full_raises_and_keeps_the_stream_readable(
             assert isinstance(cause, OSError)
             assert cause.errno == errno.ENOSPC
             stats = monitor.stats()
-            stream = monitor.stream_dir("train", "effective")
+            stream = monitor.stream_dir
             got = list(read_records(stream))
             # Every record that was reported delivered is there, whole; nothing else.
             assert len(got) == stats.delivered
@@ -735,7 +752,8 @@ async def test_disk_full_raises_and_keeps_the_stream_readable(
             assert stats.submitted == 40
             assert stats.lost == {"write_error": 40 - stats.delivered}
             assert_accounted(stats)
-            assert (stream / "index.jsonl").stat().st_size == ROW_BYTES * stats.delivered
+            assert count_rows(index_path(stream)) == stats.delivered
+            assert index_path(stream).read_bytes().endswith(b"\n")
             for chunk in stream.glob("0*.jsonl"):
                 assert chunk.read_bytes().endswith(b"\n")
 
@@ -758,16 +776,17 @@ async def test_a_stream_directory_holding_a_stray_file_loses_its_episodes_as_wri
     tmp_path: Path,
 ) -> None:
     async with FileMonitor(tmp_path) as monitor:
-        stream = monitor.stream_dir("train", "all")
+        stream = monitor.stream_dir
         stream.mkdir(parents=True)
         (stream / "notes.txt").write_text("not a chunk\n")
         with pytest.raises(TraceWriteError, match=r"notes\.txt") as caught:
             await monitor.log_episodes([{"id": "a"}, {"id": "b"}], step=0, subset="all")
         assert type(caught.value.__cause__).__name__ == "TraceFormatError"
         assert monitor.stats() == DeliveryStats(2, 0, {"write_error": 2})
-        await monitor.log_episodes([{"id": "c"}], step=0, subset="effective")  # others go on
-    assert [r["id"] for r in read_records(monitor.stream_dir("train", "effective"))] == ["c"]
-    assert (stream / "notes.txt").read_text() == "not a chunk\n"
+        assert (stream / "notes.txt").read_text() == "not a chunk\n"  # left alone
+        (stream / "notes.txt").unlink()
+        await monitor.log_episodes([{"id": "c"}], step=0, subset="all")  # then it goes on
+    assert [r["id"] for r in read_records(monitor.stream_dir)] == ["c"]
 
 
 @pytest.mark.anyio
@@ -783,8 +802,10 @@ async def test_finalize_seals_the_streams_side_by_side(
     monkeypatch.setattr("monitors.traces._writer.seal", seal)
     subsets: tuple[Subset, ...] = ("all", "effective")
     async with FileMonitor(tmp_path) as monitor:
-        for subset in subsets:
-            await monitor.log_episodes([{"id": subset}], step=0, subset=subset)
+        for subset in subsets:  # the episode, then its trace's annotation
+            await monitor.log_episodes(
+                [{"id": "e", "traces": [{"id": "t"}]}], step=0, subset=subset
+            )
     assert monitor.stats() == DeliveryStats(2, 2, {})  # no seal failed
-    for subset in subsets:
-        assert scan(monitor.stream_dir("train", subset)).sealed == [0]
+    for stream in (monitor.stream_dir, tmp_path / RUN_ANNOTATIONS / "unknown"):
+        assert scan(stream).sealed == [0]

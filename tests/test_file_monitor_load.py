@@ -71,10 +71,11 @@ async def test_file_monitor_under_load(tmp_path: Path) -> None:
 
     assert stats.submitted == stats.delivered == EPISODES, stats
     assert stats.lost == {}
-    stream = monitor.stream_dir("train", "all")
+    stream = monitor.stream_dir
+    assert stream == tmp_path / "monitors" / "file" / "traces" / "stream"
     assert len(list_chunks(stream)) >= 5  # ~400 MB in chunks of 64 MiB
     n = 0
-    for n, record in enumerate(read_records(stream), 1):
+    for n, record in enumerate(read_records(tmp_path), 1):
         spec = SPECS[(n - 1) % len(SPECS)]
         assert orjson.dumps(record) == expected[spec], f"record {n - 1} differs"
     assert n == EPISODES

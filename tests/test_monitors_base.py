@@ -13,6 +13,11 @@ from streams import chunk_bytes
 
 from monitors import DeliveryStats, FileMonitor, Monitor, Monitors
 from monitors.traces import read_records
+from monitors.traces._layout import index_path
+
+#: Where a FileMonitor writes a run, below its root (prime-rl's layout).
+METRICS = Path("monitors", "file", "metrics.jsonl")
+STREAM = Path("monitors", "file", "traces", "stream")
 
 
 @pytest.fixture
@@ -131,11 +136,19 @@ async def test_a_failing_monitor_never_reaches_the_caller(
     ]
     assert recorder.episodes[0][3] == [{"n": 0}, {"n": 1}]  # the iterator was shared, not spent
     assert recorder.finalized == 1
-    metrics = [orjson.loads(x) for x in (tmp_path / "metrics.jsonl").read_bytes().splitlines()]
+    metrics = [orjson.loads(x) for x in (tmp_path / METRICS).read_bytes().splitlines()]
     assert [(m["step"], m["loss"]) for m in metrics] == [(1, 0.5), (2, 0.25)]
-    assert list(read_records(file_monitor.stream_dir("eval", "effective"))) == [{"n": 0}, {"n": 1}]
-    assert list(read_records(file_monitor.stream_dir("train", "all"))) == [
-        {"n": n} for n in range(3)
+    # One stream, in arrival order: the eval episodes, then the train ones; each row says
+    # which kind and step.
+    assert file_monitor.stream_dir == tmp_path / STREAM
+    assert list(read_records(tmp_path)) == [{"n": 0}, {"n": 1}, *({"n": n} for n in range(3))]
+    rows = [orjson.loads(x) for x in index_path(tmp_path / STREAM).read_bytes().splitlines()]
+    assert [(r["line"], r["kind"], r["step"]) for r in rows] == [
+        (1, "eval", 1),
+        (2, "eval", 1),
+        (3, "train", 2),
+        (4, "train", 2),
+        (5, "train", 2),
     ]
     assert [c.calls for c in lazy] == [1, 1, 1]  # the file monitor built each record once
 
@@ -185,10 +198,7 @@ async def test_finalize_twice_with_well_behaved_monitors(tmp_path: Path) -> None
         await fanout.log_episodes([{"n": 1}, {"n": 2}], step=0)
     await fanout.finalize()
     assert fanout.failures == {}
-    assert list(read_records(file_monitor.stream_dir("train", "effective"))) == [
-        {"n": 1},
-        {"n": 2},
-    ]
+    assert list(read_records(file_monitor.stream_dir)) == [{"n": 1}, {"n": 2}]
     assert fanout.stats() == DeliveryStats(2, 2, {})
 
 
@@ -231,7 +241,7 @@ async def test_fan_out_to_every_real_monitor(
     from monitors import PrimeMonitor, WandbMonitor
     from monitors.testing import TracesServer
 
-    episodes = [{"id": i, "text": "x" * 1000, "traces": []} for i in range(20)]
+    episodes = [{"id": i, "text": "x" * 1000, "traces": [{"id": f"{i}-0"}]} for i in range(20)]
     with TracesServer(api_key="k") as server:
         files = FileMonitor(tmp_path / "files")
         prime = PrimeMonitor(api_key="k", traces_url=server.url, base_url=server.url, run_id="r")
@@ -244,9 +254,13 @@ async def test_fan_out_to_every_real_monitor(
             stats = monitor.stats()
             assert (stats.submitted, stats.delivered, stats.lost) == (20, 20, {}), monitor
         assert server.stats()["unique_ids"] == 20
-    assert [r["id"] for r in read_records(files.stream_dir("train", "effective"))] == list(
-        range(20)
-    )
+    # Both run directories: each episode once, its trace marked as shipped at step 0.
+    assert wandb.run is not None
+    for run in (tmp_path / "files", Path(wandb.run.dir)):
+        assert [r["id"] for r in read_records(run)] == list(range(20)), run
+        shipped = {"shipped": {"step": 0, "kind": "train"}}
+        folded = [r["traces"][0] for r in read_records(run, fold=True)]
+        assert folded == [{"id": f"{i}-0", "info": shipped} for i in range(20)], run
 
 
 def test_every_jsonl_writer_refuses_an_indent(tmp_path: Path) -> None:
@@ -276,5 +290,4 @@ async def test_other_options_reach_the_records(tmp_path: Path) -> None:
 
     async with FileMonitor(tmp_path, option=encoder.OPT_SORT_KEYS) as monitor:
         await monitor.log_episodes([{"b": 1, "a": {"d": 2, "c": 3}}], step=0)
-    stream = tmp_path / "traces" / "train" / "effective"
-    assert chunk_bytes(stream, 0) == b'{"a":{"c":3,"d":2},"b":1}\n'
+    assert chunk_bytes(tmp_path / STREAM, 0) == b'{"a":{"c":3,"d":2},"b":1}\n'

@@ -98,7 +98,9 @@ def test_every_python_block_runs_in_order(readme_run: tuple[Path, str]) -> None:
 def _last_id(root: Path) -> str:
     from monitors.traces import read_record
 
-    return str(read_record(root / "runs/42/traces/train/all", -1)["id"])
+    # FileMonitor("runs/42") keeps every episode in one stream (prime-rl's run layout):
+    # runs/42/monitors/file/traces/stream, which the readers find from the run's directory.
+    return str(read_record(root / "runs/42", -1)["id"])
 
 
 def test_every_nodewise_command_runs(readme_run: tuple[Path, str]) -> None:

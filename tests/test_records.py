@@ -20,6 +20,8 @@ from monitors import DeliveryStats, FileMonitor, PrimeMonitor
 from monitors.records import SLOW_TO_RECORD, Records
 from monitors.testing import TracesServer
 
+#: Where a FileMonitor writes a run's episodes, below its root (prime-rl's layout).
+STREAM = Path("monitors", "file", "traces", "stream")
 KEY = "sk-records"
 RUN = "run-records"
 
@@ -88,11 +90,12 @@ async def test_a_pydantic_model_is_its_model_dump(tmp_path: Path) -> None:
     async with FileMonitor(tmp_path, float_decimals=2) as monitor:
         await monitor.log_episodes(models, step=0, subset="all")
     assert monitor.stats() == DeliveryStats(3, 3, {})
-    lines = stream_lines(tmp_path / "traces" / "train" / "all")
+    lines = stream_lines(tmp_path / STREAM)
     assert lines == [orjson.dumps(m.model_dump(mode="json")) + b"\n" for m in models]
     from monitors.traces import find_record
 
-    assert find_record(tmp_path / "traces" / "train" / "all", "r-1")["id"] == "r-1"
+    assert find_record(tmp_path, "r-1")["id"] == "r-1"
+    assert find_record(tmp_path / STREAM, "r-2")["id"] == "r-2"
 
 
 @pytest.mark.anyio
@@ -154,12 +157,20 @@ async def test_a_model_whose_dump_fails_is_lost_with_its_path(
         id: str
         items: list[Any]
 
-    good = rollout(0, members=1)
+    from monitors.traces._annotations import read_annotations
+
+    good, other = rollout(0, members=1), rollout(1, members=1)
     bad = Holder(id="bad", items=[1] * 20 + [Bad(x=1)])
     with caplog.at_level(logging.WARNING):
         async with FileMonitor(tmp_path) as monitor:
-            await monitor.log_episodes([good, bad, good], step=0)
+            await monitor.log_episodes([good, bad, other], step=0)
     assert monitor.stats() == DeliveryStats(3, 2, {"encode_error": 1})
     assert any("Holder.model_dump failed" in r.getMessage() for r in caplog.records)
-    lines = stream_lines(tmp_path / "traces" / "train" / "effective")
-    assert lines == [orjson.dumps(good.model_dump(mode="json")) + b"\n"] * 2
+    lines = stream_lines(tmp_path / STREAM)
+    assert lines == [orjson.dumps(m.model_dump(mode="json")) + b"\n" for m in (good, other)]
+    # The shipped cohort (subset "effective") is the two written, not the one lost.
+    shipped = read_annotations(tmp_path / "monitors/file/traces/annotations")
+    assert {trace: [u["info"] for u in updates] for trace, updates in shipped.items()} == {
+        "r-0-0": [{"shipped": {"step": 0, "kind": "train"}}],
+        "r-1-0": [{"shipped": {"step": 0, "kind": "train"}}],
+    }

@@ -22,7 +22,7 @@ import verifiers.v1.graph as vf_graph  # type: ignore[import-untyped]
 import verifiers.v1.trace as vf_trace  # type: ignore[import-untyped]
 import verifiers.v1.types as vf_types  # type: ignore[import-untyped]
 from prime_runs.sinks import stamp_run
-from streams import stream_lines
+from streams import index_rows, stream_lines
 from verifiers.v1.configs.agent import WireAgentConfig  # type: ignore[import-untyped]
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.state import State  # type: ignore[import-untyped]
@@ -114,11 +114,21 @@ async def test_verifiers_episodes_through_every_monitor(
     # The file and W&B streams: verifiers' records, byte for byte, loaded back by verifiers'
     # models.
     lines = [orjson.dumps(record) + b"\n" for record in records]
-    for monitor in (files, wandb):
-        stream = monitor.stream_dir(kind, "all")
+    assert wandb.run is not None
+    runs = {files: tmp_path / "files", wandb: Path(wandb.run.dir)}
+    for monitor, run in runs.items():
+        stream = monitor.stream_dir
+        assert stream == run / "monitors" / "file" / "traces" / "stream"
         assert stream_lines(stream) == lines
-        read = list(read_records(stream))
+        read = list(read_records(run))
         assert [WireEpisode.model_validate(r).to_record(float_decimals=None) for r in read] == read
+        # The index: prime-rl's row of each episode, with the kind it was logged as.
+        rows = index_rows(stream)
+        assert [row.fields["id"] for row in rows] == [r["id"] for r in records]
+        assert [(row.kind, row.step) for row in rows] == [(kind, 3)] * len(records)
+        assert [row.fields["trace_ids"] for row in rows] == [
+            [t["id"] for t in r["traces"]] for r in records
+        ]
     # The service's copy: the same records keyed to the run, as prime-runs keys them.
     assert sorted(stored) == sorted(orjson.dumps(stamp_run(r, RUN, kind)) for r in records)
     for line in stored:

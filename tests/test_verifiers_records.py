@@ -337,7 +337,7 @@ def test_built_episodes_through_the_file_and_prime_monitors(
     with TracesServer(api_key=KEY, keep_lines=True) as server:
         asyncio.run(log(server))
         stored = server.lines()
-    assert stream_lines(root / "traces" / "train" / "all") == [
+    assert stream_lines(root / "monitors" / "file" / "traces" / "stream") == [
         orjson.dumps(r) + b"\n" for r in records
     ]
     assert sorted(stored) == sorted(orjson.dumps(stamp_run(r, RUN, "eval")) for r in records)

@@ -2,6 +2,12 @@
 history, episodes in trace streams inside the run's files directory, files registered for
 upload, init retries, accounting, and a loop that never stalls.
 
+The traces are laid out as a FileMonitor's run directory (prime-rl's), below the run's files
+directory: ``monitors/file/traces/stream/`` (every episode), its index
+``monitors/file/traces/stream.index.jsonl``, and the annotation streams under
+``monitors/file/traces/annotations/``. What W&B would upload is checked twice: the files the
+run registered (in its transaction log), and a copy of just those files read back as a run.
+
 The run is read back from disk: the trace streams with ``monitors.traces.read_records``, and
 the run's transaction log (``run-<id>.wandb``) record by record as wandb's own protobuf
 ``Record`` messages. The wandb we lock (0.31) no longer ships its Python reader of that log
@@ -36,16 +42,24 @@ import orjson
 import pytest
 import pyzstd
 import wandb
+from streams import index_rows
 from test_file_monitor import failing_seal, refusing_dir
 from wandb.proto import wandb_internal_pb2 as pb
 from witness import lag_within, own_ms, witnesses
 
 from monitors import DeliveryStats, LoopLagProbe, MonitorError, WandbMonitor, wandb_monitor
-from monitors.records import Subset
 from monitors.testing.episodes import EpisodeMaker
-from monitors.traces import read_records
+from monitors.traces import find_record, read_records
+from monitors.traces._annotations import read_annotations
 from monitors.traces._layout import list_chunks, sealed_path
 from monitors.traces._sealed import seal as real_seal
+
+#: Where the monitor keeps a run's traces, relative to the run's files directory (``run.dir``),
+#: as W&B saves them: prime-rl's run layout.
+TRACES = "monitors/file/traces"
+STREAM = f"{TRACES}/stream"
+STREAM_INDEX = f"{TRACES}/stream.index.jsonl"
+ANNOTATIONS = f"{TRACES}/annotations"
 
 
 @pytest.fixture
@@ -205,7 +219,7 @@ async def test_offline_run_holds_every_step_and_every_episode(
                 data = orjson.dumps(episode)
                 assert expected.setdefault(spec, data) == data
                 del episode
-            stream = monitor.stream_dir("train", "all")
+            stream = monitor.stream_dir
             chunks_before_finalize = len(list_chunks(stream))
     during = lag_within(probe, windows, seen.stalls)
     window_ms = 1000 * sum(end - start for start, end in windows)
@@ -232,14 +246,20 @@ async def test_offline_run_holds_every_step_and_every_episode(
     # The files directory: every record, byte for byte, under this test's WANDB_DIR (not where
     # an earlier test's wandb session pointed).
     files, records = offline_run(monitor)
-    assert stream == files / "traces" / "train" / "all"
+    assert stream == files / STREAM
     assert offline in files.parents
     n = 0
-    for n, record in enumerate(read_records(stream), 1):
+    for n, record in enumerate(read_records(files), 1):
         assert orjson.dumps(record) == expected[SPECS[(n - 1) % len(SPECS)]], f"record {n - 1}"
     assert n == EPISODES
     chunks = list_chunks(stream)
     assert len(chunks) == chunks_before_finalize >= 4  # ~120 MB in chunks of 16 MiB
+    # A row per episode, in order, with its kind and step; nothing annotated (all "all").
+    rows = index_rows(stream)
+    assert [(row.line, row.kind, row.step) for row in rows] == [
+        (i + 1, "train", i) for i in range(EPISODES)
+    ]
+    assert not (files / ANNOTATIONS).exists()
 
     # The history, through the run's transaction log: every step, every finite value.
     rows = history(records)
@@ -256,10 +276,10 @@ async def test_offline_run_holds_every_step_and_every_episode(
     # with policy "now"; the sealed chunks while the run went on, before its last steps were
     # logged.
     saved = saved_files(records)
-    ours = [(p, policy) for p, policy in saved if p.startswith("traces/")]
-    names = [f"traces/train/all/{n:05d}.jsonl.zst" for n in chunks]
-    names.append("traces/train/all/index.jsonl")
+    ours = [(p, policy) for p, policy in saved if p.startswith("monitors/")]
+    names = [f"{STREAM}/{n:05d}.jsonl.zst" for n in chunks]
     assert sorted(p.name for p in stream.iterdir()) == [Path(name).name for name in names]
+    names.append(STREAM_INDEX)
     assert ours == [(name, pb.FilesItem.NOW) for name in names]
     position = {id(r): i for i, r in enumerate(records)}
     first_save = next(
@@ -396,7 +416,8 @@ async def test_disabled_mode_writes_nothing(tmp_path: Path) -> None:
         assert monitor.run is not None
         assert monitor.run.disabled
     assert monitor.stats() == DeliveryStats(2, 0, {"disabled": 2})
-    assert not monitor.stream_dir("train", "effective").exists()
+    assert not monitor.stream_dir.exists()
+    assert not (monitor.stream_dir.parent / "annotations").exists()
 
 
 # -- accounting, rolling, saving, finalize ------------------------------------------------
@@ -415,12 +436,17 @@ async def test_accounting_rolling_saving_and_finalize(tmp_path: Path) -> None:
     assert monitor.run is not None
     files = Path(monitor.run.dir)
     assert files.is_relative_to(tmp_path / "elsewhere")
-    train = monitor.stream_dir("train", "effective")
-    eval_all = monitor.stream_dir("eval", "all")
-    # ~100-byte records and chunks of 100 bytes: one record per chunk.
-    episodes: list[Any] = [{"n": n, "pad": "x" * 80} for n in range(5)]
+    stream = monitor.stream_dir
+    assert stream == files / STREAM
+    shipped = files / ANNOTATIONS / "unknown"  # the shipped cohort's marks (no producer)
+    # ~100-byte records and chunks of 100 bytes: one record (and one mark) per chunk.
+    episodes: list[Any] = [
+        {"n": n, "traces": [{"id": f"t-{n}"}], "pad": "x" * 60} for n in range(5)
+    ]
+    # subset="effective" (the default): each episode written, its trace marked as shipped.
     await monitor.log_episodes([*episodes[:2], Broken(), *episodes[2:]], step=0)
-    assert list_chunks(train) == [0, 1, 2, 3, 4]
+    assert list_chunks(stream) == [0, 1, 2, 3, 4]
+    assert list_chunks(shipped) == [0, 1, 2, 3, 4]
     await monitor.log_episodes(
         [{"n": 5, "bad": object()}, "not an episode", {"n": 6}], step=1, kind="eval", subset="all"
     )
@@ -440,18 +466,30 @@ async def test_accounting_rolling_saving_and_finalize(tmp_path: Path) -> None:
     assert monitor.stats() == stats
     assert monitor.metrics_stats() == DeliveryStats(1, 1, {})
 
-    assert list(read_records(train)) == episodes
-    assert list(read_records(eval_all)) == [{"n": 6}]
+    # One stream, in arrival order, each row with its kind and step.
+    assert list(read_records(files)) == [*episodes, {"n": 6}]
+    assert [(row.kind, row.step) for row in index_rows(stream)] == [("train", 0)] * 5 + [
+        ("eval", 1)
+    ]
+    assert {
+        trace: [u["info"] for u in updates]
+        for trace, updates in read_annotations(files / ANNOTATIONS).items()
+    } == {f"t-{n}": [{"shipped": {"step": 0, "kind": "train"}}] for n in range(5)}
     assert not list(files.rglob("*.zst"))
     _, records = offline_run(monitor)
-    ours = [(p, policy) for p, policy in saved_files(records) if p.startswith("traces/")]
-    # Chunks 0-3 sealed during the first call and saved right after it; the rest at finalize.
+    ours = [(p, policy) for p, policy in saved_files(records) if p.startswith("monitors/")]
+    # Without compress, a chunk is saved once its stream rolls past it: chunks 0-3 of both
+    # streams right after the first call, the episodes' chunk 4 after the second (whose eval
+    # episode started chunk 5), the rest and the indexes at finalize.
+    now = pb.FilesItem.NOW
     assert ours == [
-        *((f"traces/train/effective/{n:05d}.jsonl", pb.FilesItem.NOW) for n in range(4)),
-        ("traces/train/effective/00004.jsonl", pb.FilesItem.NOW),
-        ("traces/train/effective/index.jsonl", pb.FilesItem.NOW),
-        ("traces/eval/all/00000.jsonl", pb.FilesItem.NOW),
-        ("traces/eval/all/index.jsonl", pb.FilesItem.NOW),
+        *((f"{STREAM}/{n:05d}.jsonl", now) for n in range(4)),
+        *((f"{ANNOTATIONS}/unknown/{n:05d}.jsonl", now) for n in range(4)),
+        (f"{STREAM}/00004.jsonl", now),
+        (f"{STREAM}/00005.jsonl", now),
+        (STREAM_INDEX, now),
+        (f"{ANNOTATIONS}/unknown/00004.jsonl", now),
+        (f"{ANNOTATIONS}/unknown.index.jsonl", now),
     ]
     for path, _ in ours:
         assert (files / path).is_file()
@@ -502,10 +540,10 @@ async def test_a_slow_run_log_neither_blocks_nor_reorders(monkeypatch: pytest.Mo
 
 
 def traces_saved(monitor: WandbMonitor) -> list[str]:
-    """The ``traces/`` files the run registered for upload, in order; each with policy
-    "now"."""
+    """The trace files (``monitors/...``, relative to the run's files directory) the run
+    registered for upload, in order; each with policy "now"."""
     _, records = offline_run(monitor)
-    ours = [(p, policy) for p, policy in saved_files(records) if p.startswith("traces/")]
+    ours = [(p, policy) for p, policy in saved_files(records) if p.startswith("monitors/")]
     assert {policy for _, policy in ours} <= {pb.FilesItem.NOW}
     return [p for p, _ in ours]
 
@@ -520,57 +558,118 @@ def download(files: Path, names: list[str], to: Path) -> Path:
 
 
 def spy_on_saves(monitor: WandbMonitor, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the files ``run.save`` is called with, as it is called."""
+    """The paths ``run.save`` is called with (relative to its ``base_path``), as it is
+    called."""
     assert monitor.run is not None
     real_save = monitor.run.save
     names: list[str] = []
 
     def save(path: str, base_path: str | None = None, policy: Any = "live") -> Any:
-        names.append(Path(path).name)
+        assert base_path is not None
+        names.append(Path(path).relative_to(base_path).as_posix())
         return real_save(path, base_path=base_path, policy=policy)
 
     monkeypatch.setattr(monitor.run, "save", save)
     return names
 
 
-@pytest.mark.anyio
-async def test_sealed_chunks_and_the_index_are_saved_and_read_back(tmp_path: Path) -> None:
-    subsets: tuple[Subset, ...] = ("all", "effective")
-    episodes: dict[str, list[dict[str, Any]]] = {
-        subset: [
-            {"n": n, "subset": subset, "logprobs": [-0.123456 * n, 1.0 / 3], "pad": "x" * 150}
-            for n in range(12)
-        ]
-        for subset in subsets
+def chunk_names(directory: Path, relative: str) -> list[str]:
+    """The sealed chunks of the stream in ``directory``, named as the run saves them."""
+    return [f"{relative}/{n:05d}.jsonl.zst" for n in list_chunks(directory)]
+
+
+def shipped(step: int, kind: str = "train") -> dict[str, Any]:
+    """The info an annotation of the shipped cohort carries."""
+    return {"shipped": {"step": step, "kind": kind}}
+
+
+def episode(n: int, *, traces: int = 2) -> dict[str, Any]:
+    """An episode with ``traces`` traces (ids ``e-N-T``), ~300 bytes."""
+    return {
+        "id": f"e-{n}",
+        "traces": [{"id": f"e-{n}-{t}", "info": {"turn": t}} for t in range(traces)],
+        "logprobs": [-0.123456 * n, 1.0 / 3],
+        "pad": "x" * 150,
     }
-    kept = copy.deepcopy(episodes)
+
+
+@pytest.mark.anyio
+async def test_sealed_chunks_and_the_indexes_are_saved_and_read_back(tmp_path: Path) -> None:
+    """Each step logs three new episodes as "all", then its shipped cohort as "effective":
+    two of those and one never logged before. The stream holds each episode once, in arrival
+    order; the cohort's traces are marked shipped in the annotation stream; W&B got every
+    sealed chunk of both streams and both indexes, and a copy of just those files reads
+    back as the run."""
+    episodes = [episode(n) for n in range(16)]
+    evals = [episode(100 + n, traces=1) for n in range(2)]
+    kept = copy.deepcopy([episodes, evals])
+    cohorts = [[4 * s, 4 * s + 2, 4 * s + 3] for s in range(4)]
     async with WandbMonitor(project="p", chunk_bytes=500) as monitor:
         for step in range(4):
-            for subset in subsets:
-                batch = episodes[subset][3 * step : 3 * step + 3]
-                await monitor.log_episodes(batch, step=step, subset=subset)
-    assert episodes == kept
-    assert monitor.stats() == DeliveryStats(24, 24, {})
+            await monitor.log_episodes(episodes[4 * step : 4 * step + 3], step=step, subset="all")
+            cohort = [episodes[n] for n in cohorts[step]]
+            await monitor.log_episodes(cohort, step=step)  # subset="effective", the default
+        await monitor.log_episodes(evals, step=4, kind="eval", subset="all")
+    assert [episodes, evals] == kept
+    assert monitor.stats() == DeliveryStats(26, 26, {})
     assert monitor.run is not None
     files = Path(monitor.run.dir)
+
+    # The stream: each episode once, in arrival order, its kind and step in its row.
+    want = [*episodes, *evals]
+    assert list(read_records(files)) == want
+    rows = index_rows(files / STREAM)
+    assert [(row.fields["id"], row.kind, row.step) for row in rows] == [
+        *((f"e-{n}", "train", n // 4) for n in range(16)),
+        ("e-100", "eval", 4),
+        ("e-101", "eval", 4),
+    ]
+    # The annotations: each trace of each cohort marked shipped at its step, nothing else.
+    marks = {
+        f"e-{n}-{t}": [shipped(step)] for step, ns in enumerate(cohorts) for n in ns for t in (0, 1)
+    }
+    found = read_annotations(files / ANNOTATIONS)
+    assert {trace: [u["info"] for u in updates] for trace, updates in found.items()} == marks
+    assert all(
+        u == {"version": 1, "trace_id": trace, "info": u["info"], "branches": []}
+        for trace, updates in found.items()
+        for u in updates
+    )
+
+    # What the run saved: the sealed chunks of both streams, in order, each index after its
+    # stream's chunks; nothing else, each once, and no plain chunk left on disk.
     saved = traces_saved(monitor)
-    assert len(saved) == len(set(saved))  # each once
-    for subset in subsets:
-        stream = monitor.stream_dir("train", subset)
-        chunks = list_chunks(stream)
-        assert len(chunks) >= 4
-        names = [f"traces/train/{subset}/{n:05d}.jsonl.zst" for n in chunks]
-        names.append(f"traces/train/{subset}/index.jsonl")
-        # In order within the stream, no plain chunk, the index last.
-        assert [p for p in saved if p.startswith(f"traces/train/{subset}/")] == names
-        assert sorted(p.name for p in stream.iterdir()) == [Path(n).name for n in names]
-        # Read back from what a download of the saved files gives.
-        got = list(read_records(download(files, names, tmp_path / "dl") / "traces/train" / subset))
-        want = episodes[subset]  # a dict is written as given, every digit
-        assert got == want
-        # And with any zstd reader: the chunks, decompressed in order, are the JSON lines.
-        lines = b"".join(pyzstd.decompress((files / n).read_bytes()) for n in names[:-1])
-        assert [orjson.loads(line) for line in lines.splitlines()] == want
+    assert len(saved) == len(set(saved))
+    stream_names = chunk_names(files / STREAM, STREAM)
+    marks_names = chunk_names(files / ANNOTATIONS / "unknown", f"{ANNOTATIONS}/unknown")
+    assert len(stream_names) >= 4
+    assert len(marks_names) >= 4
+    stream_names.append(STREAM_INDEX)
+    marks_names.append(f"{ANNOTATIONS}/unknown.index.jsonl")
+    assert [p for p in saved if p in stream_names] == stream_names
+    assert [p for p in saved if p in marks_names] == marks_names
+    assert sorted(saved) == sorted(stream_names + marks_names)
+    for directory, names in ((STREAM, stream_names), (f"{ANNOTATIONS}/unknown", marks_names)):
+        listed = sorted(p.name for p in (files / directory).iterdir())
+        assert listed == [Path(n).name for n in names[:-1]], directory
+
+    # A copy of just the saved files (what a download gives) is a run directory: every
+    # record; the index finds one; folded, the cohorts' traces say they were shipped.
+    copied = download(files, saved, tmp_path / "dl")
+    assert list(read_records(copied)) == want
+    assert find_record(copied, "e-9") == episodes[9]
+    assert read_annotations(copied / ANNOTATIONS) == found
+    folded = copy.deepcopy(want)
+    for record in folded:
+        for trace in record["traces"]:
+            if trace["id"] in marks:
+                trace["info"] = {**trace["info"], **shipped(int(record["id"][2:]) // 4)}
+    assert list(read_records(copied, fold=True)) == folded
+    assert folded != want
+
+    # And with any zstd reader: the chunks, decompressed in order, are the JSON lines.
+    chunks = [pyzstd.decompress((files / n).read_bytes()) for n in stream_names[:-1]]
+    assert [orjson.loads(line) for line in b"".join(chunks).splitlines()] == want
 
 
 @pytest.mark.anyio
@@ -590,7 +689,7 @@ async def test_a_chunk_is_saved_once_sealed_never_while_plain(
     await monitor.start()
     try:
         saves = spy_on_saves(monitor, monkeypatch)
-        stream = monitor.stream_dir("train", "effective")
+        stream = monitor.stream_dir
         await monitor.log_episodes(episodes[:1], step=0)
         await monitor.log_episodes(episodes[1:2], step=1)  # rolls: chunk 0 is being sealed
         assert saves == []  # its plain file is about to be replaced: not saved
@@ -600,12 +699,12 @@ async def test_a_chunk_is_saved_once_sealed_never_while_plain(
                 await anyio.sleep(0.01)
         assert saves == []  # nothing saves it before the next call
         await monitor.log_episodes(episodes[2:], step=2)
-        assert saves[:1] == ["00000.jsonl.zst"]
+        assert saves[:1] == [f"{STREAM}/00000.jsonl.zst"]
     finally:
         release.set()
         await monitor.finalize()
-    assert saves == ["00000.jsonl.zst", "00001.jsonl.zst", "00002.jsonl.zst", "index.jsonl"]
-    assert traces_saved(monitor) == [f"traces/train/effective/{name}" for name in saves]
+    assert saves == [f"{STREAM}/{n:05d}.jsonl.zst" for n in range(3)] + [STREAM_INDEX]
+    assert traces_saved(monitor) == saves
     assert list(read_records(stream)) == episodes
 
 
@@ -621,21 +720,17 @@ async def test_a_chunk_whose_seal_failed_is_saved_plain_at_finalize(
         saves = spy_on_saves(monitor, monkeypatch)
         await monitor.log_episodes(episodes[:3], step=0)
         await monitor.log_episodes(episodes[3:], step=1)
-        assert "00001.jsonl" not in saves  # it may yet be sealed: not saved before finalize
+        # It may yet be sealed: not saved before finalize.
+        assert f"{STREAM}/00001.jsonl" not in saves
         assert monitor.stats() == DeliveryStats(4, 4, {}, {"seal_failed": 1})
     finally:
         await monitor.finalize()
-    stream = monitor.stream_dir("train", "effective")
-    assert sorted(saves) == [
-        "00000.jsonl.zst",
-        "00001.jsonl",
-        "00002.jsonl.zst",
-        "00003.jsonl.zst",
-        "index.jsonl",
-    ]
-    assert saves[-1] == "index.jsonl"
-    assert sorted(p.name for p in stream.iterdir()) == sorted(saves)
-    assert sorted(traces_saved(monitor)) == [f"traces/train/effective/{n}" for n in sorted(saves)]
+    stream = monitor.stream_dir
+    chunks = ["00000.jsonl.zst", "00001.jsonl", "00002.jsonl.zst", "00003.jsonl.zst"]
+    assert sorted(saves) == sorted([f"{STREAM}/{name}" for name in chunks] + [STREAM_INDEX])
+    assert saves[-1] == STREAM_INDEX
+    assert sorted(p.name for p in stream.iterdir()) == chunks
+    assert traces_saved(monitor) == saves
     assert list(read_records(stream)) == episodes
     assert monitor.stats() == DeliveryStats(4, 4, {}, {"seal_failed": 1})
 
@@ -647,9 +742,9 @@ async def test_seal_on_finalize_false_saves_the_live_chunk_plain(tmp_path: Path)
         project="p", dir=tmp_path / "w", chunk_bytes=100, seal_on_finalize=False, level=1
     ) as monitor:
         await monitor.log_episodes(episodes, step=0)
-    names = ["00000.jsonl.zst", "00001.jsonl.zst", "00002.jsonl", "index.jsonl"]
-    assert traces_saved(monitor) == [f"traces/train/effective/{n}" for n in names]
-    assert list(read_records(monitor.stream_dir("train", "effective"))) == episodes
+    names = ["00000.jsonl.zst", "00001.jsonl.zst", "00002.jsonl"]
+    assert traces_saved(monitor) == [f"{STREAM}/{n}" for n in names] + [STREAM_INDEX]
+    assert list(read_records(monitor.stream_dir)) == episodes
 
 
 @pytest.mark.parametrize("bad", [1.5, "3", True])
@@ -683,3 +778,111 @@ async def test_start_refuses_a_dir_it_cannot_write(
         assert why in message, message
         await monitor.finalize()
     assert inits == []  # refused before wandb.init
+
+
+# -- annotations -------------------------------------------------------------------------
+
+
+def judged(trace_id: str, score: float) -> dict[str, Any]:
+    """An update as prime-rl's ``make_update`` makes one: a judge's score for a trace."""
+    return {"version": 1, "trace_id": trace_id, "info": {"judge": {"score": score}}, "branches": []}
+
+
+@pytest.mark.anyio
+async def test_annotations_are_saved_as_their_chunks_seal_and_fold_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``log_annotations`` appends to the producer's annotation stream: its sealed chunks
+    are saved while the run goes on, the rest and its index at finalize, and a copy of the
+    saved files folds the updates onto the episodes' traces (newest last, merged deep)."""
+    episodes = [episode(n) for n in range(3)]
+    updates = [judged(f"e-{n}-{t}", n + t / 10) for n in range(3) for t in range(2)]
+    late = {
+        "version": 1,
+        "trace_id": "e-0-1",
+        "info": {"judge": {"note": "late"}, "turn": 9},
+        "branches": [],
+    }
+    monitor = WandbMonitor(project="p", dir=tmp_path / "w", chunk_bytes=200, producer="judge")
+    with pytest.raises(RuntimeError, match="not started"):
+        await monitor.log_annotations(updates)
+    await monitor.start()
+    assert monitor.run is not None
+    files = Path(monitor.run.dir)
+    marks = files / ANNOTATIONS / "judge"
+    try:
+        saves = spy_on_saves(monitor, monkeypatch)
+        await monitor.log_episodes(episodes, step=0, subset="all")
+        # A call with an update that names no trace writes nothing of itself.
+        with pytest.raises(TypeError, match="update 1 must be a Mapping with a string"):
+            await monitor.log_annotations([updates[0], {"trace_id": 7}])
+        assert not marks.exists()
+        for i, update in enumerate(updates):  # ~80 bytes each: two a chunk
+            await monitor.log_annotations([update], step=i)
+        assert list_chunks(marks) == [0, 1, 2]
+        with anyio.fail_after(10):  # chunk 1 is sealed in the background
+            while not sealed_path(marks, 1).exists():
+                await anyio.sleep(0.01)
+        await monitor.log_annotations([late])  # no step: its row says none
+        # Saved while the run goes on: chunks 0 and 1, sealed (and chunk 2 too, should its
+        # seal, started by this last call, have beaten the save); never a plain one.
+        during = [p for p in saves if p.startswith(f"{ANNOTATIONS}/")]
+        sealed = [f"{ANNOTATIONS}/judge/{n:05d}.jsonl.zst" for n in (0, 1, 2)]
+        assert during in (sealed[:2], sealed), during
+    finally:
+        await monitor.finalize()
+    with pytest.raises(RuntimeError, match="finalized"):
+        await monitor.log_annotations(updates)
+
+    # On disk: the updates, in order, with their rows (trace, info, step) beside them.
+    assert list(read_records(marks)) == [*updates, late]
+    rows = index_rows(marks)
+    assert [(row.fields["trace_id"], row.fields["info"], row.step) for row in rows] == [
+        *((u["trace_id"], u["info"], i) for i, u in enumerate(updates)),
+        ("e-0-1", late["info"], None),
+    ]
+    # Saved: every chunk sealed, each once; each index after its stream's chunks.
+    saved = traces_saved(monitor)
+    assert saved == saves
+    names = [*chunk_names(marks, f"{ANNOTATIONS}/judge"), f"{ANNOTATIONS}/judge.index.jsonl"]
+    stream = [*chunk_names(files / STREAM, STREAM), STREAM_INDEX]
+    assert len(names) == 5  # 7 updates, two a chunk
+    assert [p for p in saved if p in names] == names
+    assert sorted(saved) == sorted(names + stream)
+    assert sorted(p.name for p in marks.iterdir()) == [Path(n).name for n in names[:-1]]
+
+    # A copy of the saved files: the records as written; folded, each trace's judge score
+    # merged into its info, the late update merged over the first.
+    copied = download(files, saved, tmp_path / "dl")
+    assert list(read_records(copied)) == episodes
+    assert read_annotations(copied / ANNOTATIONS) == {
+        u["trace_id"]: [u, late] if u["trace_id"] == "e-0-1" else [u] for u in updates
+    }
+    folded = list(read_records(copied, fold=True))
+    assert [[t["info"] for t in r["traces"]] for r in folded] == [
+        [
+            {"turn": 0, "judge": {"score": float(n)}},
+            {"turn": 9, "judge": {"score": 0.1, "note": "late"}}
+            if n == 0
+            else {"turn": 1, "judge": {"score": n + 0.1}},
+        ]
+        for n in range(3)
+    ]
+
+
+@pytest.mark.anyio
+async def test_annotations_without_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disabled run keeps no annotations and says nothing (as its episodes, counted lost);
+    a monitor whose start failed refuses them with its reason."""
+    async with WandbMonitor(project="p", mode="disabled", dir=tmp_path / "off") as monitor:
+        await monitor.log_annotations([judged("e-0-0", 1.0)], step=0)
+    assert not monitor.stream_dir.parent.exists()
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    failed = WandbMonitor(project="p")
+    with pytest.raises(MonitorError):
+        await failed.start()
+    with pytest.raises(RuntimeError, match="needs the wandb package"):
+        await failed.log_annotations([judged("e-0-0", 1.0)])
+    with pytest.raises(TypeError, match="update 0"):  # checked all the same
+        await failed.log_annotations(["not an update"])  # type: ignore[list-item]
+    await failed.finalize()

@@ -104,6 +104,7 @@ def main(directory: str | os.PathLike[str]) -> None:
 
     assert anyio.run(write_trace, records, root / "trace") == 1
     assert list(read_records(root / "trace")) == good
+    assert (root / "trace.index.jsonl").is_file()  # the stream's index, beside it
     print(f"wrote {len(good)} records three ways, skipped 1")
 
 

@@ -2,7 +2,7 @@
 
 ``main(directory)`` logs one episode of each kind the monitors take to a ``FileMonitor``: a
 verifiers ``Episode``, a pydantic model of your own, an object with ``to_record()`` and a
-plain dict; then reads the trace stream back and returns the lines with the records each
+plain dict; then reads the run's trace stream back and returns the lines with the records each
 must equal (``tests/test_docs.py`` runs it).
 """
 
@@ -79,7 +79,10 @@ def main(directory: Path) -> tuple[list[Any], list[Any]]:
     """The records read back, and what each must be."""
     episode = verifiers_episode()
     anyio.run(log_each_kind, directory, episode)
-    read = list(read_records(directory / "traces" / "train" / "all"))
+    # Every episode is in the run's one stream, directory/monitors/file/traces/stream/;
+    # read_records takes the run's directory or the stream's.
+    read = list(read_records(directory))
+    assert read == list(read_records(directory / "monitors" / "file" / "traces" / "stream"))
     want = [
         episode.to_record(float_decimals=4),
         {

@@ -42,10 +42,16 @@ async def log_run(root: Path, url: str, api_key: str) -> dict[str, DeliveryStats
 
 
 def read_back(root: Path) -> tuple[int, Any, Any]:
-    stream = root / "traces" / "train" / "all"
-    count = sum(1 for _ in read_records(stream))  # every record, in order, streamed
-    first = read_record(stream, 0)  # one record, through the index
-    last = read_record(stream, -1)
+    # FileMonitor(root) writes prime-rl's layout:
+    #   root/monitors/file/metrics.jsonl              a row per log_metrics call
+    #   root/monitors/file/traces/stream/             every episode, train and eval, in
+    #                                                 arrival order (full chunks zstd-sealed)
+    #   root/monitors/file/traces/stream.index.jsonl  a row per episode: id, kind, step,
+    #                                                 reward, ... and where it is
+    # The readers take the run's directory (or the stream's: root/monitors/file/traces/stream).
+    count = sum(1 for _ in read_records(root))  # every record, in order, streamed
+    first = read_record(root, 0)  # one record, through the index
+    last = read_record(root, -1)
     return count, first, last
 
 
@@ -63,7 +69,10 @@ def main(directory: str | os.PathLike[str]) -> dict[str, DeliveryStats]:
     assert (served["lines_stored"], served["metrics_received"]) == (24, 3), served
     count, first, last = read_back(root)
     assert (count, first["id"], last["id"]) == (24, "0-0", "2-7")
-    assert len((root / "metrics.jsonl").read_bytes().splitlines()) == 3
+    assert len((root / "monitors/file/metrics.jsonl").read_bytes().splitlines()) == 3
+    stream = root / "monitors/file/traces/stream"
+    assert read_record(stream, -1) == last
+    assert (root / "monitors/file/traces/stream.index.jsonl").is_file()
     print(f"24 episodes delivered to both monitors: {stats}")
     return stats
 

@@ -26,7 +26,6 @@ from ..lag import LagStats, LoopLagProbe
 from ..prime import PrimeMonitor
 from ..testing import wandb_offline_env
 from ..testing.episodes import Episode, EpisodeMaker
-from ..traces._layout import ROW_BYTES
 from ..wandb_monitor import INSTALL_HINT as WANDB_INSTALL_HINT
 from ..wandb_monitor import WandbMonitor
 from ._config import LoadtestConfig
@@ -71,7 +70,8 @@ class RunSpec:
     :param files: whether it writes trace files (and so needs disk).
     :param ours: whether it is nodewise's, judged against the targets.
     :param in_flight: requests it keeps in flight, where fixed (else the config's).
-    :param streams: where it wrote each subset's records, for reading them back.
+    :param streams: where it wrote its run (``"run"``) and its stream of episodes
+        (``"stream"``), for reading them back.
     :param needs: the optional package its monitor imports (None: only nodewise's own
         dependencies), so that ``nodewise loadtest`` can skip the run when it is missing.
     :param install: how to install that package.
@@ -103,7 +103,8 @@ def _stream_dirs(monitor: Monitor) -> dict[str, str]:
     if isinstance(monitor, WandbMonitor) and monitor.run is None:
         return {}
     assert isinstance(monitor, FileMonitor | WandbMonitor)
-    return {s: str(monitor.stream_dir("train", s)) for s in ("all", "effective")}
+    stream = monitor.stream_dir
+    return {"run": str(stream.parents[3]), "stream": str(stream)}
 
 
 def _prime(root: Path, config: LoadtestConfig, url: str | None) -> Monitor:
@@ -187,7 +188,7 @@ class RunResult:
     in_flight: int | None = None
     #: The TracesServer's counts after the run (runs that upload).
     server: dict[str, Any] | None = None
-    #: Where the records went: subset -> trace stream directory (or file), while kept.
+    #: Where the records went (``RunSpec.streams``), while kept.
     streams: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     #: The samples of the run, with their times (s from ``started_at``, the
@@ -408,13 +409,10 @@ def network_name(config: LoadtestConfig) -> str:
 
 
 def disk_needed(config: LoadtestConfig, json_bytes: int) -> int:
-    """Bytes one file-writing run leaves on disk: every record with its newline and index
-    row, and some room to spare."""
-    return (
-        config.records // config.episodes * json_bytes
-        + config.records * (1 + ROW_BYTES)
-        + (256 << 20)
-    )
+    """Bytes one file-writing run leaves on disk: every episode once, with its newline and
+    index row (a KiB is plenty), the annotations of the shipped cohort, and some room to
+    spare."""
+    return json_bytes + config.records * (1 + 1024) + (256 << 20)
 
 
 def check_disk(

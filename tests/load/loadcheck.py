@@ -21,7 +21,8 @@ from bench.witness import machine_ms
 from monitors.loadtest import LoadtestConfig, LoadtestReport, NotEnoughDiskError, RunResult
 from monitors.testing.episodes import Episode, EpisodeMaker
 from monitors.traces import read_record, read_row
-from monitors.traces._layout import list_chunks
+from monitors.traces._annotations import read_annotations
+from monitors.traces._layout import RUN_ANNOTATIONS, list_chunks
 from monitors.traces._reader import iter_spans
 
 #: Loose on purpose: shared 2-core CI machines (the targets are for the benchmark). A log
@@ -158,6 +159,17 @@ def check_stream(
         firsts.setdefault(read_row(root, k).chunk, k)
     for k in {*firsts.values(), len(episodes) - 1}:
         assert read_record(root, k)["id"] == episodes[k].id
+
+
+def check_shipped(run: str | os.PathLike[str], episodes: Sequence[Episode]) -> None:
+    """The run's annotations mark every trace of ``episodes`` as shipped, once each, and
+    nothing else: the effective cohort is written as annotations, never a second copy."""
+    updates = read_annotations(Path(run) / RUN_ANNOTATIONS)
+    expected = {trace_id for e in episodes for trace_id in e.trace_ids}
+    assert set(updates) == expected, f"{run}: annotations name other traces than shipped"
+    for trace_id, found in updates.items():
+        assert len(found) == 1, f"{run}: trace {trace_id} annotated {len(found)} times"
+        assert set(found[0]["info"]["shipped"]) == {"step", "kind"}
 
 
 def check_server(r: RunResult, episodes: Sequence[Episode]) -> None:

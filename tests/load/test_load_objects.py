@@ -151,7 +151,7 @@ def test_file_and_prime_monitors_hold_the_loop_a_bounded_step(
     with TracesServer(api_key=KEY, keep_lines=True) as server:
         steps = asyncio.run(log(server))
         stored = server.lines()
-    assert stream_lines(tmp_path / "traces" / "train" / "all") == [written]
+    assert stream_lines(tmp_path / "monitors" / "file" / "traces" / "stream") == [written]
     assert stored == [uploaded]
     longest = sorted(steps)[-3:]
     assert longest[-1] <= STEP_BOUND_MS, f"longest steps (thread CPU ms): {longest}"

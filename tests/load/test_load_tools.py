@@ -36,6 +36,7 @@ from monitors.testing.episodes import (
     lognormal_sizes,
 )
 from monitors.traces import read_records
+from monitors.traces._layout import RUN_ANNOTATIONS
 
 pytestmark = pytest.mark.load
 
@@ -148,7 +149,7 @@ def test_cli_runs_and_reports_json(capsys: pytest.CaptureFixture[str], tmp_path:
         # What the loop's thread did during the slowest log call: it ran for part of it.
         assert 0 < r["slowest_log_running_ms"] <= r["slowest_log_ms"] + 0.05, r
     assert runs["prime"]["server"]["unique_ids"] == 6
-    assert Path(runs["file"]["streams"]["all"], "00000.jsonl.zst").is_file()  # sealed
+    assert Path(runs["file"]["streams"]["stream"], "00000.jsonl.zst").is_file()  # sealed
     assert report["summary"][0] == "Every record delivered (12 per monitor)."
     assert len(report["summary"]) == 3
 
@@ -232,10 +233,10 @@ def test_without_effective_each_episode_is_logged_once(tmp_path: Path) -> None:
     assert all(a[0] + a[1] <= b[0] for a, b in itertools.pairwise(result.log_spans))
     assert result.all_delivered
     assert result.json_bytes == report.json_bytes
-    assert [r["id"] for r in read_records(result.streams["all"])] == [
+    assert [r["id"] for r in read_records(result.streams["run"])] == [
         e.id for e in make_episodes(config)[1]
     ]
-    assert not Path(result.streams["effective"]).exists()
+    assert not Path(result.streams["run"], RUN_ANNOTATIONS).exists()
 
 
 @pytest.mark.parametrize("freeze", [True, False])

@@ -1,0 +1,216 @@
+"""Run directories that prime-rl's own tools read, and prime-rl's that nodewise reads.
+
+``prime_rl_rules`` is a reader written from prime-rl's reading rules (its glob and chunk
+numbers, plain-else-sealed chunks, the index beside the stream, readline at an offset, the
+dashboard's conditions for listing a run, ``summarize_episode``): every run FileMonitor
+writes must read through it, field for field. The other way round, nodewise reads a
+stream laid out exactly as prime-rl writes one.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import prime_rl_rules as rules
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_verifiers_records import episodes as verifiers_episodes
+from verifiers.v1.episode import WireEpisode
+
+from monitors import FileMonitor, Monitors
+from monitors.testing import EpisodeMaker
+from monitors.traces import find_record, read_record, read_records
+from monitors.traces._layout import index_path
+
+#: The row keys nodewise adds to prime-rl's.
+OURS = ("length", "step")
+
+
+def as_record(episode: Any) -> dict[str, Any]:
+    """What the stream holds for ``episode``, parsed."""
+    record = episode if isinstance(episode, dict) else episode.to_record()
+    return orjson.loads(orjson.dumps(record))  # type: ignore[no-any-return]
+
+
+def maker_records(n: int, *, seed: int = 3) -> list[dict[str, Any]]:
+    maker = EpisodeMaker(seed=seed)
+    return [maker.episode(30_000 + 7_000 * i, index=i).to_record(fresh=True) for i in range(n)]
+
+
+async def write_run(
+    root: Path, batches: list[tuple[list[Any], str, str]], **options: Any
+) -> FileMonitor:
+    async with FileMonitor(root, chunk_bytes=100_000, **options) as monitor:
+        for step, (batch, kind, subset) in enumerate(batches):
+            await monitor.log_episodes(batch, step=step, kind=kind, subset=subset)  # type: ignore[arg-type]
+            await monitor.log_metrics({"loss": 1 / (step + 1)}, step=step)
+    return monitor
+
+
+def check_with_prime_rl(root: Path, logged: list[tuple[Any, str, int]]) -> None:
+    """prime-rl's rules list the run and its stream and read every record, each index row
+    pointing at its record and saying what ``index_row`` says of it."""
+    assert rules.lists_run(root)
+    stream = rules.stream_dir(root)
+    assert rules.run_stream(root) == stream
+    want = [as_record(episode) for episode, _, _ in logged]
+    assert list(rules.read_records(stream)) == want
+    rows = rules.read_index(stream)
+    assert len(rows) == len(want)
+    for line, (row, record, (_, kind, step)) in enumerate(zip(rows, want, logged, strict=True), 1):
+        assert rules.read_at(stream, row) == record
+        # prime-rl sums up the record it holds, before it is written (a non-finite float
+        # is null on disk), and writes the row with orjson: so do we, and compare rows.
+        raw = logged[line - 1][0]
+        raw = raw if isinstance(raw, dict) else raw.to_record()
+        theirs = orjson.loads(
+            orjson.dumps(rules.index_row(line, raw, row["chunk"], row["offset"]), default=str)
+        )
+        ours = {key: value for key, value in row.items() if key not in OURS}
+        assert ours == {**theirs, "kind": kind}  # the kind the episode was logged as
+        assert list(ours) == list(theirs)  # and in prime-rl's order
+        assert row["step"] == step
+        assert row["length"] == len(orjson.dumps(record)) + 1
+
+
+@pytest.mark.parametrize("seal_on_finalize", [True, False])
+def test_prime_rl_reads_a_run_of_maker_records(tmp_path: Path, seal_on_finalize: bool) -> None:
+    records = maker_records(9)
+    batches = [
+        (records[:4], "train", "all"),
+        (records[4:6], "eval", "all"),
+        (records[6:], "train", "all"),
+    ]
+    anyio.run(lambda: write_run(tmp_path, batches, seal_on_finalize=seal_on_finalize))
+    logged = [(r, kind, step) for step, (batch, kind, _) in enumerate(batches) for r in batch]
+    check_with_prime_rl(tmp_path, logged)
+    names = sorted(p.name for p in rules.stream_dir(tmp_path).iterdir())
+    assert len(names) > 3
+    assert all(name.split(".", 1)[0].isdigit() for name in names)
+    assert rules.chunk_numbers(rules.stream_dir(tmp_path))  # prime-rl's glob raises on nothing
+    assert [row["step"] for row in rules.read_prime_rl_metrics(tmp_path)] == [0, 1, 2]
+    assert list(rules.read_prime_rl_metrics(tmp_path)[0]) == ["step", "time", "loss"]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batch=st.lists(verifiers_episodes(), min_size=1, max_size=4), data=st.data())
+def test_prime_rl_reads_a_run_of_verifiers_episodes(
+    tmp_path_factory: pytest.TempPathFactory, batch: list[Any], data: st.DataObject
+) -> None:
+    """verifiers' objects, walked by the encoder and summed up from their skeleton: the
+    rows say what prime-rl's ``summarize_episode`` says of the records they wrote."""
+    for episode in batch:
+        for trace in episode.traces:
+            if data.draw(st.booleans()):
+                trace.info["advantage"] = data.draw(st.floats(-2, 2))
+            if data.draw(st.booleans()):
+                trace.info["dispatch"] = {"time": 100.0}
+                trace.info["arrival"] = {"time": data.draw(st.floats(50, 200))}
+    kind = data.draw(st.sampled_from(["train", "eval"]))
+    root = tmp_path_factory.mktemp("run")
+    anyio.run(lambda: write_run(root, [(batch, kind, "all")], float_decimals=None))
+    check_with_prime_rl(root, [(e.to_record(float_decimals=None), kind, 0) for e in batch])
+
+
+def test_token_counts_match_prime_rl_on_verifiers_loaded_records(tmp_path: Path) -> None:
+    """EpisodeMaker's records loaded into verifiers' models, as a consumer does."""
+    episodes = [WireEpisode.model_validate(r) for r in maker_records(3, seed=8)]
+    anyio.run(lambda: write_run(tmp_path, [(episodes, "train", "all")]))
+    check_with_prime_rl(tmp_path, [(e.to_record(), "train", 0) for e in episodes])
+
+
+def test_the_effective_cohort_is_annotations_not_a_second_copy(tmp_path: Path) -> None:
+    records = maker_records(4)
+    fresh = maker_records(1, seed=99)  # shipped without being logged first: written once
+    batches = [(records, "train", "all"), (records[1:3] + fresh, "train", "effective")]
+    monitor = anyio.run(lambda: write_run(tmp_path, batches, producer="orchestrator"))
+    assert monitor.stats().delivered == 7
+    stream = rules.stream_dir(tmp_path)
+    assert [r["id"] for r in rules.read_records(stream)] == [r["id"] for r in records + fresh]
+    shipped = {t["id"] for r in records[1:3] + fresh for t in r["traces"]}
+    updates = rules.read_annotations(rules.traces_dir(tmp_path))  # through the index
+    assert set(updates) == shipped
+    assert all(
+        u == [rules.make_update(t, info={"shipped": {"step": 1, "kind": "train"}})]
+        for t, u in updates.items()
+    )
+    # Folded as prime-rl folds them, and left apart unless asked.
+    want = [rules.fold(as_record(r), updates) for r in records + fresh]
+    assert list(read_records(tmp_path, fold=True)) == want
+    assert list(read_records(tmp_path)) == [as_record(r) for r in records + fresh]
+    assert all(row["producer"] == "orchestrator" for row in rules.read_prime_rl_metrics(tmp_path))
+
+
+@pytest.mark.anyio
+async def test_log_annotations_appends_a_callers_updates(tmp_path: Path) -> None:
+    records = maker_records(2)
+    trace = records[0]["traces"][0]
+    updates = [
+        rules.make_update(trace["id"], info={"advantage": 0.5, "deep": {"a": 1}}),
+        rules.make_update(trace["id"], info={"deep": {"b": 2}}),
+        # Per-token streams over branch 0, longer than it (covering it whole).
+        rules.make_update(
+            trace["id"],
+            branches={0: {"advantages": [0.25] * 50_000, "mismatch_kl": [None, 0.5] * 25_000}},
+        ),
+    ]
+    async with FileMonitor(tmp_path, producer="trainer") as monitor:
+        await monitor.log_episodes(records, step=0, subset="all")
+        await monitor.log_annotations(updates, step=0)
+        with pytest.raises(TypeError, match="trace_id"):
+            await monitor.log_annotations([{"info": {}}])
+    found = rules.read_annotations(rules.traces_dir(tmp_path))
+    assert found == {trace["id"]: updates}
+    (folded, _) = read_records(tmp_path, fold=True)
+    assert folded["traces"][0]["info"] == {
+        **trace.get("info", {}),
+        "advantage": 0.5,
+        "deep": {"a": 1, "b": 2},
+    }
+    assert folded == rules.fold(records[0], found)
+    sampled = [n for n in folded["traces"][0]["nodes"] if any(n.get("mask") or [])]
+    assert sampled
+    assert all("advantages" in n and "mismatch_kl" in n for n in sampled)
+
+
+def test_nodewise_reads_and_extends_a_stream_prime_rl_wrote(tmp_path: Path) -> None:
+    """Variable-width rows without a length, sealed chunks, a ``.zst.tmp`` mid-seal and an
+    index missing its last rows: read as they are, and appended to."""
+    records = maker_records(10)
+    stream = rules.write_prime_rl_stream(
+        tmp_path, records, chunk_bytes=80_000, seal_upto=3, tmp_chunk=3, index_missing_last=2
+    )
+    assert any(p.name.endswith(".zst.tmp") for p in stream.iterdir())
+    assert list(read_records(tmp_path)) == records
+    for n in range(8):  # through the index: the line at each row's offset
+        assert read_record(tmp_path, n) == records[n]
+        assert find_record(tmp_path, records[n]["id"]) == records[n]
+    with pytest.raises(IndexError):
+        read_record(tmp_path, 8)  # not indexed yet
+    more = maker_records(2, seed=11)
+    anyio.run(lambda: write_run(tmp_path, [(more, "eval", "all")]))
+    # The crash's leftovers mended, the missing rows rebuilt, numbering carried on.
+    assert not any(p.name.endswith(".tmp") for p in stream.iterdir())
+    check = copy.deepcopy(records + more)
+    assert list(rules.read_records(stream)) == check
+    rows = rules.read_index(stream)
+    assert [row["line"] for row in rows] == list(range(1, 13))
+    for n, row in enumerate(rows):
+        assert rules.read_at(stream, row) == check[n]
+        assert read_record(tmp_path, n) == check[n]
+    assert index_path(stream) == rules.index_path(stream)
+
+
+@pytest.mark.anyio
+async def test_monitors_pass_annotations_to_each_monitor(tmp_path: Path) -> None:
+    update = rules.make_update("t-1", info={"judge": 0.5})
+    async with Monitors(FileMonitor(tmp_path / "a"), FileMonitor(tmp_path / "b")) as both:
+        await both.log_annotations([update], step=3)
+    for run in ("a", "b"):
+        assert rules.read_annotations(rules.traces_dir(tmp_path / run)) == {"t-1": [update]}
+    assert both.failures == {}
