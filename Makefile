@@ -50,6 +50,7 @@ bench: $(VENV)/.synced
 	$(RUN) -m bench
 	$(RUN) -m bench.file_monitor
 	$(RUN) -m bench.seal
+	$(RUN) -m bench.index
 	$(RUN) -m bench.prime_monitor
 	$(RUN) -m bench.objects
 	$(RUN) -m bench.production
