@@ -27,7 +27,7 @@ from .records import Kind, Records, Subset
 from .traces import TraceWriter
 from .traces._index import iter_rows
 from .traces._layout import RUN_ANNOTATIONS, RUN_STREAM, IndexRow
-from .traces._summary import Summary, episode_row
+from .traces._summary import Summary, episode_ids, episode_row
 
 __all__ = [
     "UPDATE_VERSION",
@@ -64,9 +64,9 @@ class RunDir:
         return self.annotations / (producer or DEFAULT_PRODUCER)
 
 
-def annotation_row(update: Any) -> dict[str, Any]:
+def annotation_row(update: Any, top: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An annotation's index row (prime-rl's ``update_index_row``): its trace and scalars;
-    the per-token streams stay in the stream."""
+    the per-token streams stay in the stream. (``top``: a ``Summary``'s, unused.)"""
     update = update if isinstance(update, Mapping) else {}
     return {
         "trace_id": update.get("trace_id"),
@@ -167,18 +167,17 @@ class TraceLog:
                 log.warning("step %d: episode %d has no record: %r", step, i, exc)
                 continue
             try:
-                row = None if ids is None else episode_row(value)
-                if ids is None or row is None or row["id"] is None or row["id"] not in ids:
+                record_id, trace_ids = episode_ids(value)
+                if ids is None or record_id is None or record_id not in ids:
                     written = await _append(self.stream, value, ledger, step=step, kind=kind, i=i)
                     if written is None:
                         continue
                     chunk = max(chunk, written.chunk)
                     self.note(written.id)
-                if annotations is not None and row is not None:
-                    for trace_id in row["trace_ids"]:
-                        if type(trace_id) is str:
-                            update = shipped_update(trace_id, step=step, kind=kind)
-                            await annotations.append(update, step=step)
+                if annotations is not None:
+                    for trace_id in trace_ids:
+                        update = shipped_update(trace_id, step=step, kind=kind)
+                        await annotations.append(update, step=step)
             except TraceWriteError:
                 ledger.lost["write_error"] += len(batch) - i
                 raise

@@ -22,10 +22,13 @@ from hypothesis import strategies as st
 from test_verifiers_records import episodes as verifiers_episodes
 from verifiers.v1.episode import WireEpisode
 
+import encoder
 from monitors import FileMonitor, Monitors
+from monitors.records import Records
 from monitors.testing import EpisodeMaker
 from monitors.traces import find_record, read_record, read_records
 from monitors.traces._layout import index_path
+from monitors.traces._summary import TopFields, episode_row
 
 #: The row keys nodewise adds to prime-rl's.
 OURS = ("length", "step")
@@ -214,3 +217,19 @@ async def test_monitors_pass_annotations_to_each_monitor(tmp_path: Path) -> None
     for run in ("a", "b"):
         assert rules.read_annotations(rules.traces_dir(tmp_path / run)) == {"t-1": [update]}
     assert both.failures == {}
+
+
+def test_a_row_takes_what_the_walk_dumped_of_the_episode() -> None:
+    """The encoder dumps an episode's own fields (token counts: verifiers computes them over
+    every call) as it writes it; the row takes them from there rather than again."""
+    (record,) = maker_records(1, seed=21)
+    episode = WireEpisode.model_validate(record)
+    view = Records(4).value(episode)
+    keep = TopFields.attach(view)
+    assert keep is not None
+    assert encoder.encode(view) == orjson.dumps(episode.to_record())
+    assert keep.fields is not None
+    assert keep.fields["num_input_tokens"] == episode.num_input_tokens
+    assert episode_row(view, keep.fields) == episode_row(view)
+    forged = {**keep.fields, "num_input_tokens": 12345}
+    assert episode_row(view, forged)["input_tokens"] == 12345  # not computed again

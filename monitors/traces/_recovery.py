@@ -132,59 +132,48 @@ def _rows(index: Path) -> list[bytes]:
     return data[: data.rfind(b"\n") + 1].splitlines(keepends=True)
 
 
-def _drop_rows(
-    directory: Path, sizes: dict[int, int], *, anywhere: bool
-) -> tuple[int, int, IndexRow | None]:
-    """Rows kept, rows dropped and the last kept row, the rows pointing past the data (or
-    that do not parse) dropped: only at the end when only the last chunk was cut (the
-    common case, which reads only the last row when it is good), else anywhere, the kept
-    rows renumbered so that a row's ``line`` stays its place. The index is rewritten
-    atomically: a crash now leaves the old one, mended next time."""
+def _drop_rows_at_end(directory: Path, sizes: dict[int, int]) -> tuple[int, int, IndexRow | None]:
+    """Rows kept, rows dropped and the last kept row, the last rows that point past the data
+    (or do not parse) cut off the index; the common case, where only the last chunk was
+    cut, which reads only the last row when it is good. A row that does not parse before a
+    good one is left in its place (readers skip it), so that every row keeps its line."""
     index = index_path(directory)
-    if not anywhere:
-        try:
-            row = last_row(index)
-        except ValueError:
-            row = None
-        if _valid(row, sizes):
-            assert row is not None
-            return (row.line if row.line is not None else count_rows(index)), 0, row
+    try:
+        row = last_row(index)
+    except ValueError:
+        row = None
+    if _valid(row, sizes):
+        assert row is not None
+        return (row.line if row.line is not None else count_rows(index)), 0, row
     rows = _rows(index)
-    decoded = [_decode(raw) for raw in rows]
     n = len(rows)
-    if not anywhere:
-        while n and not _valid(decoded[n - 1], sizes):
-            n -= 1
-    fresh: list[bytes] = []
-    for raw, row in zip(rows[:n], decoded[:n], strict=True):
-        if row is None or (anywhere and not _valid(row, sizes)):
-            continue
-        i = len(fresh)
-        if row.line != i + 1 and row.line is not None:
-            fields = dict(row.fields)
-            fields["line"] = i + 1
-            raw = encode_row(fields)
-        fresh.append(raw)
-    if fresh == rows:
-        last = decode_row(fresh[-1]) if fresh else None
-        return len(fresh), 0, last
-    mending = mending_path(directory)
-    with open(mending, "wb") as f:
-        f.write(b"".join(fresh))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(mending, index)
-    last = decode_row(fresh[-1]) if fresh else None
-    return len(fresh), len(rows) - len(fresh), last
+    while n and not _valid(_decode(rows[n - 1]), sizes):
+        n -= 1
+    os.truncate(index, sum(map(len, rows[:n])))
+    return n, len(rows) - n, _decode(rows[n - 1]) if n else None
+
+
+def _rows_by_place(
+    directory: Path, sizes: dict[int, int]
+) -> tuple[dict[tuple[int, int], IndexRow], int]:
+    """The rows that point at data, by (chunk, offset), and how many rows the index held:
+    what a rebuild of the whole index keeps of it."""
+    rows = _rows(index_path(directory))
+    kept: dict[tuple[int, int], IndexRow] = {}
+    for raw in rows:
+        row = _decode(raw)
+        if row is not None and _valid(row, sizes):
+            kept.setdefault((row.chunk, row.offset), row)
+    return kept, len(rows)
 
 
 def _summary_of(directory: Path, span: LineSpan, summary: Summary) -> dict[str, Any]:
     """A rebuilt row's fields: the record read back and summarized (Nones if it is no
     JSON record)."""
     try:
-        return dict(summary(parse_span(directory, span)))
+        return dict(summary(parse_span(directory, span), None))
     except (ValueError, ijson.JSONError, DamagedFrame):
-        return dict(summary(None))
+        return dict(summary(None, None))
 
 
 def _settle_seals(directory: Path) -> tuple[list[int], list[int], int, int]:
@@ -271,16 +260,23 @@ def recover(directory: Path, summary: Summary = episode_row) -> Recovery:
     torn_row = index_size - whole
     if torn_row:
         os.truncate(index, whole)
-    rows, dropped, last_kept = _drop_rows(directory, sizes, anywhere=torn_before_last)
-
-    # Complete records after the last indexed one get their rows back.
+    # After an earlier chunk was cut, the index is rebuilt whole from the data, keeping
+    # the rows that still point at a record (their lines renumbered); else the rows past
+    # the data are cut off its end. Either way complete records without a row get one.
+    reuse: dict[tuple[int, int], IndexRow] = {}
+    if torn_before_last:
+        reuse, held = _rows_by_place(directory, sizes)
+        rows, last_kept = 0, None
+    else:
+        rows, dropped, last_kept = _drop_rows_at_end(directory, sizes)
     start_chunk, start = chunks[0], 0
     if last_kept is not None:
         start_chunk, start = last_kept.chunk, last_kept.end or 0
         if last_kept.end is None:  # a row prime-rl wrote: the record is the line at offset
             with open_chunk(directory, last_kept.chunk) as f:
                 start = after_newline(f, last_kept.offset)
-    rebuilt: list[bytes] = []
+    written: list[bytes] = []
+    rebuilt = 0
     for chunk in chunks:
         if chunk < start_chunk:
             continue
@@ -294,29 +290,40 @@ def recover(directory: Path, summary: Summary = episode_row) -> Recovery:
                 offset=exc.start,
             ) from exc
         for offset, length in spans:
-            span = LineSpan(chunk, offset, length - 1, True, None)
-            fields = _summary_of(directory, span, summary)
-            fields.update(
-                line=rows + len(rebuilt) + 1,
-                offset=offset,
-                chunk=chunk,
-                length=length,
-                step=None,
-            )
-            rebuilt.append(encode_row(fields))
-    if rebuilt:
+            old = reuse.pop((chunk, offset), None)
+            kept = old is not None and old.length in (None, length)
+            if kept:
+                assert old is not None
+                fields = dict(old.fields)
+            else:
+                span = LineSpan(chunk, offset, length - 1, True, None)
+                fields = _summary_of(directory, span, summary)
+                rebuilt += 1
+            fields.update(line=rows + len(written) + 1, offset=offset, chunk=chunk, length=length)
+            if not kept:
+                fields["step"] = None  # after length, as the writer's rows have it
+            written.append(encode_row(fields))
+    if torn_before_last:
+        dropped = held - (len(written) - rebuilt)
+        mending = mending_path(directory)
+        with open(mending, "wb") as f:  # a crash now leaves the old index, mended next time
+            f.write(b"".join(written))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(mending, index)
+    elif written:
         with open(index, "ab") as f:
-            f.write(b"".join(rebuilt))
+            f.write(b"".join(written))
             f.flush()
             os.fsync(f.fileno())
     return Recovery(
         chunk=last,
         chunk_size=sizes[last],
-        records=rows + len(rebuilt),
+        records=rows + len(written),
         torn_bytes=torn,
         torn_row_bytes=torn_row,
         dropped_rows=dropped,
-        rebuilt_rows=len(rebuilt),
+        rebuilt_rows=rebuilt,
         seals_undone=undone,
         seals_finished=finished,
         unsealed=[c for c in plain if c != last],

@@ -24,7 +24,7 @@ from ..records import check_float_decimals, line_option
 from ._layout import IndexRow, chunk_path, decode_row, encode_row, index_path
 from ._recovery import Recovery, recover
 from ._sealed import DEFAULT_LEVEL, seal
-from ._summary import Summary, episode_row
+from ._summary import Summary, TopFields, episode_row
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "TraceWriter"]
 
@@ -98,7 +98,9 @@ class TraceWriter:
     :param summary: The fields of a record's index row besides where it is (``line``,
         ``chunk``, ``offset``, ``length``, ``step``, which the writer sets): by default
         prime-rl's episode row (``id``, ``kind``, ``reward``, ... ; a record that is no
-        episode gets Nones). Called on the loop: it must be cheap.
+        episode gets Nones). Called on the loop once the record is written, with the
+        fields the encoder dumped for a walked model's top level (or None): it must be
+        cheap.
     :raises ValueError: ``chunk_bytes`` is not positive, ``option`` includes
         ``OPT_INDENT_2``, or ``float_decimals`` is neither None nor an int.
     """
@@ -310,7 +312,7 @@ class TraceWriter:
             if self._size >= self.chunk_bytes:
                 await self._roll()
             start = self._size
-            fields = dict(self.summary(value))
+            top = TopFields.attach(value)
             try:
                 try:
                     length = await self._stream(value, limit=self.chunk_bytes - start)
@@ -319,6 +321,7 @@ class TraceWriter:
                     await self._roll()
                     start = 0
                     length = await self._stream(value, limit=None)
+                fields = dict(self.summary(value, None if top is None else top.fields))
                 fields["line"] = self.records + 1
                 fields["offset"] = start
                 fields["chunk"] = self._chunk
