@@ -20,10 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_verifiers_records import episodes as verifiers_episodes
+from test_wandb_monitor import download, traces_saved
 from verifiers.v1.episode import WireEpisode
 
 import encoder
-from monitors import FileMonitor, Monitors
+from monitors import FileMonitor, Monitors, WandbMonitor
 from monitors.records import Records
 from monitors.testing import EpisodeMaker
 from monitors.traces import find_record, read_record, read_records
@@ -233,3 +234,21 @@ def test_a_row_takes_what_the_walk_dumped_of_the_episode() -> None:
     assert episode_row(view, keep.fields) == episode_row(view)
     forged = {**keep.fields, "num_input_tokens": 12345}
     assert episode_row(view, forged)["input_tokens"] == 12345  # not computed again
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("wandb_offline")
+async def test_prime_rl_reads_a_downloaded_wandb_run(tmp_path: Path) -> None:
+    """The files a W&B run saved, downloaded with their paths, are a run directory prime-rl's
+    rules read as FileMonitor's: every record, every row, the shipped cohort."""
+    records = maker_records(6, seed=5)
+    async with WandbMonitor(project="p", chunk_bytes=100_000) as monitor:
+        await monitor.log_episodes(records[:4], step=0, subset="all")
+        await monitor.log_episodes(records[4:], step=1, kind="eval", subset="all")
+        await monitor.log_episodes(records[1:3], step=1)  # the shipped cohort
+    assert monitor.run is not None
+    copied = download(Path(monitor.run.dir), traces_saved(monitor), tmp_path / "dl")
+    logged = [(r, "train", 0) for r in records[:4]] + [(r, "eval", 1) for r in records[4:]]
+    check_with_prime_rl(copied, logged)
+    updates = rules.read_annotations(rules.traces_dir(copied))
+    assert set(updates) == {t["id"] for r in records[1:3] for t in r["traces"]}
