@@ -187,16 +187,30 @@ class TraceLog:
             ledger.delivered += 1
         return chunk
 
-    async def annotate(self, updates: list[Mapping[str, Any]], *, step: int | None) -> None:
-        """Append updates to this producer's annotation stream, in order.
+    async def annotate(
+        self, updates: list[Mapping[str, Any]], ledger: Ledger, *, step: int | None
+    ) -> None:
+        """Append updates to this producer's annotation stream, in order, counting each in
+        ``ledger``: delivered once written, else lost as ``encode_error`` (the rest go on),
+        ``write_error`` or ``cancelled`` (this one and the rest, then the error is raised).
 
         :raises TraceWriteError: The disk refused a write.
-        :raises encoder.EncodeError: An update cannot be encoded (the ones before it are
-            written).
         """
         writer = self._annotation_writer()
-        for update in updates:
-            await writer.append(update, step=step)
+        for i, update in enumerate(updates):
+            try:
+                await writer.append(update, step=step)
+            except encoder.EncodeError as exc:
+                ledger.lost["encode_error"] += 1
+                log.warning("update %d (trace %s) not written: %s", i, update["trace_id"], exc)
+                continue
+            except TraceWriteError:
+                ledger.lost["write_error"] += len(updates) - i
+                raise
+            except BaseException:
+                ledger.lost["cancelled"] += len(updates) - i
+                raise
+            ledger.delivered += 1
 
     async def _known_ids(self) -> set[Any]:
         """The ids of the episodes in the stream: read from its index once (in a worker

@@ -123,6 +123,11 @@ class Monitor(ABC):
         """Metrics records (one per ``log_metrics`` call): submitted, delivered, lost."""
         return DeliveryStats()
 
+    def annotation_stats(self) -> DeliveryStats:
+        """Updates given to ``log_annotations``: submitted, delivered, lost (none counted by
+        a monitor that keeps no trace files: it ignores them)."""
+        return DeliveryStats()
+
     @contextmanager
     def _keeping_start_error(self) -> Iterator[None]:
         """Around ``start``'s work: what it raises is kept in ``start_error``, and raised."""
@@ -317,6 +322,12 @@ class Monitors(Monitor):
         total = DeliveryStats()
         for monitor in self.monitors:
             total = total + monitor.metrics_stats()
+        return total
+
+    def annotation_stats(self) -> DeliveryStats:
+        total = DeliveryStats()
+        for monitor in self.monitors:
+            total = total + monitor.annotation_stats()
         return total
 
     def stats_by_monitor(self) -> dict[str, DeliveryStats]:

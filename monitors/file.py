@@ -246,6 +246,7 @@ class FileMonitor(Monitor):
         self._records = Records(self.float_decimals)
         self._ledger = Ledger()
         self._metrics_ledger = Ledger()
+        self._annotations_ledger = Ledger()
         self._traces = TraceLog(self.run, producer=producer, writer=self._writer)
         self._metrics_lock = anyio.Lock()
         #: Whether metrics.jsonl is known to end with a whole line (else it is mended first).
@@ -364,20 +365,25 @@ class FileMonitor(Monitor):
         its index row (``trace_id``, ``info``, where it is). Readers fold them onto the
         episodes' traces when asked (``read_records(..., fold=True)``).
 
+        Counted in ``annotation_stats()``: delivered once written, else lost as
+        ``encode_error`` (logged; the rest go on), ``write_error``, ``cancelled`` or
+        ``start_failed``.
+
         :param updates: The updates.
         :param step: The training step, kept in each index row.
         :raises TypeError: An update is not a Mapping with a string ``trace_id`` (nothing of
-            the call is written).
+            the call is written or counted: the caller's bug).
         :raises TraceWriteError: The disk refused a write.
-        :raises encoder.EncodeError: An update cannot be encoded (those before it are
-            written).
-        :raises RuntimeError: The monitor is finalized, or its start failed.
+        :raises RuntimeError: The monitor is finalized.
         """
         self._check_open()
         batch = check_updates(updates)
+        ledger = self._annotations_ledger
         if self.start_error is not None:
-            raise RuntimeError(f"FileMonitor did not start: {self.start_error}")
-        await self._traces.annotate(batch, step=step)
+            ledger.refuse(len(batch), START_FAILED)
+            return
+        ledger.submitted += len(batch)
+        await self._traces.annotate(batch, ledger, step=step)
 
     async def finalize(self) -> None:
         if self._finalized:
@@ -385,7 +391,9 @@ class FileMonitor(Monitor):
         self._finalized = True
         if self.start_error is not None:
             self._report_start_failure(
-                episodes=self._ledger.submitted, metrics_rows=self._metrics_ledger.submitted
+                episodes=self._ledger.submitted,
+                metrics_rows=self._metrics_ledger.submitted,
+                annotations=self._annotations_ledger.submitted,
             )
         failures = await close_streams(self._traces.writers())
         if failures:
@@ -396,6 +404,10 @@ class FileMonitor(Monitor):
         because sealing them failed (``seal_failed``), ``to_record()`` calls that held the
         event loop (``slow_to_record``)."""
         return self._ledger.snapshot(degraded=degraded(self._traces.writers(), self._records))
+
+    def annotation_stats(self) -> DeliveryStats:
+        """Updates given to ``log_annotations``: submitted, written, lost by reason."""
+        return self._annotations_ledger.snapshot()
 
     def metrics_stats(self) -> DeliveryStats:
         """Metrics rows (one per ``log_metrics`` call): submitted, written, lost by reason."""

@@ -209,6 +209,7 @@ class WandbMonitor(Monitor):
         self.run: Run | None = None
         self._ledger = Ledger()
         self._metrics_ledger = Ledger()
+        self._annotations_ledger = Ledger()
         self._streams: dict[Path, _Stream] = {}
         self._traces: TraceLog | None = None
         self._group: TaskGroup | None = None
@@ -317,7 +318,9 @@ class WandbMonitor(Monitor):
         self._finalized = True
         if self.start_error is not None:
             self._report_start_failure(
-                episodes=self._ledger.submitted, metrics_rows=self._metrics_ledger.submitted
+                episodes=self._ledger.submitted,
+                metrics_rows=self._metrics_ledger.submitted,
+                annotations=self._annotations_ledger.submitted,
             )
         run, group = self.run, self._group
         if run is None:
@@ -356,6 +359,10 @@ class WandbMonitor(Monitor):
         return self._ledger.snapshot(
             degraded=degraded((stream.writer for stream in self._streams.values()), self._records)
         )
+
+    def annotation_stats(self) -> DeliveryStats:
+        """Updates given to ``log_annotations``: submitted, written, lost by reason."""
+        return self._annotations_ledger.snapshot()
 
     def metrics_stats(self) -> DeliveryStats:
         """Metrics steps (one per ``log_metrics`` call): submitted, logged, lost by reason
@@ -522,20 +529,25 @@ class WandbMonitor(Monitor):
         self, updates: Iterable[Mapping[str, Any]], *, step: int | None = None
     ) -> None:
         """Append trace updates to this producer's annotation stream, as ``FileMonitor``
-        does; its sealed chunks and index are saved to the run as the episodes' are. With
-        ``mode="disabled"`` nothing is kept, and nothing raised (as its episodes).
+        does; its sealed chunks and index are saved to the run as the episodes' are.
+        Counted in ``annotation_stats()`` as ``FileMonitor`` counts them; with
+        ``mode="disabled"`` they are lost as ``disabled``, as its episodes.
 
         :raises TypeError: An update is not a Mapping with a string ``trace_id``.
         :raises TraceWriteError: The disk refused a write.
-        :raises RuntimeError: The monitor is not started, or finalized, or its start failed.
+        :raises RuntimeError: The monitor is not started, or finalized.
         """
         running = self._check_open()
         batch = check_updates(updates)
+        ledger = self._annotations_ledger
         if not running:
-            raise RuntimeError(f"WandbMonitor keeps no annotations: {self.start_error}")
-        if self._disabled:  # mode="disabled": W&B keeps nothing, so neither do we
+            ledger.refuse(len(batch), START_FAILED)
             return
-        await self._trace_log().annotate(batch, step=step)
+        ledger.submitted += len(batch)
+        if self._disabled:  # mode="disabled": W&B keeps nothing, so neither do we
+            ledger.lost["disabled"] += len(batch)
+            return
+        await self._trace_log().annotate(batch, ledger, step=step)
         await self._save_full_chunks()
 
     async def _hand_over(self, stream: _Stream, *, final: bool) -> None:

@@ -24,7 +24,8 @@ from test_wandb_monitor import download, traces_saved
 from verifiers.v1.episode import WireEpisode
 
 import encoder
-from monitors import FileMonitor, Monitors, WandbMonitor
+from monitors import DeliveryStats, FileMonitor, Monitors, WandbMonitor
+from monitors.errors import TraceWriteError
 from monitors.records import Records
 from monitors.testing import EpisodeMaker
 from monitors.traces import find_record, read_record, read_records
@@ -252,3 +253,23 @@ async def test_prime_rl_reads_a_downloaded_wandb_run(tmp_path: Path) -> None:
     check_with_prime_rl(copied, logged)
     updates = rules.read_annotations(rules.traces_dir(copied))
     assert set(updates) == {t["id"] for r in records[1:3] for t in r["traces"]}
+
+
+@pytest.mark.anyio
+async def test_every_annotation_is_written_or_counted_lost(tmp_path: Path) -> None:
+    good = [rules.make_update(f"t-{n}", info={"n": n}) for n in range(3)]
+    bad = rules.make_update("t-bad", info={"x": object()})  # orjson cannot write it
+    async with FileMonitor(tmp_path / "run") as monitor:
+        await monitor.log_annotations([good[0], bad, *good[1:]], step=1)
+    assert monitor.annotation_stats() == DeliveryStats(4, 3, {"encode_error": 1})
+    found = rules.read_annotations(rules.traces_dir(tmp_path / "run"))
+    assert found == {u["trace_id"]: [u] for u in good}  # the rest went on
+    (tmp_path / "file").write_text("not a directory")
+    failed = FileMonitor(tmp_path / "file")
+    with pytest.raises(TraceWriteError):
+        await failed.start()
+    await failed.log_annotations(good)
+    await failed.finalize()
+    assert failed.annotation_stats() == DeliveryStats(3, 0, {"start_failed": 3})
+    both = Monitors(FileMonitor(tmp_path / "a"), failed)
+    assert both.annotation_stats() == DeliveryStats(3, 0, {"start_failed": 3})

@@ -871,18 +871,23 @@ async def test_annotations_are_saved_as_their_chunks_seal_and_fold_back(
 
 
 @pytest.mark.anyio
-async def test_annotations_without_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A disabled run keeps no annotations and says nothing (as its episodes, counted lost);
-    a monitor whose start failed refuses them with its reason."""
+async def test_annotations_without_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disabled run keeps no annotations and counts them lost (as its episodes); a
+    monitor whose start failed counts them as ``start_failed``, and says so at finalize."""
     async with WandbMonitor(project="p", mode="disabled", dir=tmp_path / "off") as monitor:
         await monitor.log_annotations([judged("e-0-0", 1.0)], step=0)
     assert not monitor.stream_dir.parent.exists()
+    assert monitor.annotation_stats() == DeliveryStats(1, 0, {"disabled": 1})
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     failed = WandbMonitor(project="p")
     with pytest.raises(MonitorError):
         await failed.start()
-    with pytest.raises(RuntimeError, match="needs the wandb package"):
-        await failed.log_annotations([judged("e-0-0", 1.0)])
+    await failed.log_annotations([judged("e-0-0", 1.0), judged("e-0-1", 0.5)])
     with pytest.raises(TypeError, match="update 0"):  # checked all the same
         await failed.log_annotations(["not an update"])  # type: ignore[list-item]
-    await failed.finalize()
+    assert failed.annotation_stats() == DeliveryStats(2, 0, {"start_failed": 2})
+    with caplog.at_level(logging.WARNING, logger="monitors"):
+        await failed.finalize()
+    assert "2 annotations lost as 'start_failed'" in caplog.text
