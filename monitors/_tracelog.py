@@ -25,8 +25,7 @@ from .base import Ledger
 from .errors import TraceWriteError
 from .records import Kind, Records, Subset
 from .traces import TraceWriter
-from .traces._index import iter_rows
-from .traces._layout import RUN_ANNOTATIONS, RUN_STREAM, IndexRow
+from .traces._layout import RUN_ANNOTATIONS, RUN_STREAM, IndexRow, decode_row
 from .traces._summary import Summary, episode_ids, episode_row
 
 __all__ = [
@@ -156,7 +155,11 @@ class TraceLog:
 
         :raises TraceWriteError: The disk refused a write.
         """
-        ids = await self._known_ids() if subset == "effective" else None
+        try:
+            ids = await self._known_ids() if subset == "effective" else None
+        except TraceWriteError:  # the stream cannot be opened: nothing of the batch is kept
+            ledger.lost["write_error"] += len(batch)
+            raise
         annotations = self._annotation_writer() if subset == "effective" else None
         chunk = -1
         for i, episode in enumerate(batch):
@@ -168,7 +171,7 @@ class TraceLog:
                 continue
             try:
                 record_id, trace_ids = episode_ids(value)
-                if ids is None or record_id is None or record_id not in ids:
+                if ids is None or not _id_like(record_id) or record_id not in ids:
                     written = await _append(self.stream, value, ledger, step=step, kind=kind, i=i)
                     if written is None:
                         continue
@@ -221,9 +224,14 @@ class TraceLog:
 
             def read() -> set[Any]:
                 found: set[Any] = set()
-                for _, row in iter_rows(index):
-                    if isinstance(row.id, (str, int)):
-                        found.add(row.id)
+                with open(index, "rb") as f:
+                    for line in f:
+                        try:
+                            record_id = decode_row(line).id
+                        except ValueError:
+                            continue  # a damaged row: its episode may be written again
+                        if _id_like(record_id):
+                            found.add(record_id)
                 return found
 
             self._ids = await anyio.to_thread.run_sync(read)
@@ -231,8 +239,13 @@ class TraceLog:
 
     def note(self, record_id: Any) -> None:
         """Remember that the episode ``record_id`` is in the stream."""
-        if self._ids is not None and isinstance(record_id, (str, int)):
+        if self._ids is not None and _id_like(record_id):
             self._ids.add(record_id)
+
+
+def _id_like(record_id: Any) -> bool:
+    """Whether an episode is known by ``record_id``: a string or an int (not a bool)."""
+    return type(record_id) is str or type(record_id) is int
 
 
 async def _append(

@@ -273,3 +273,26 @@ async def test_every_annotation_is_written_or_counted_lost(tmp_path: Path) -> No
     assert failed.annotation_stats() == DeliveryStats(3, 0, {"start_failed": 3})
     both = Monitors(FileMonitor(tmp_path / "a"), failed)
     assert both.annotation_stats() == DeliveryStats(3, 0, {"start_failed": 3})
+
+
+@pytest.mark.anyio
+async def test_the_effective_cohort_counts_every_episode_whatever_its_id(tmp_path: Path) -> None:
+    odd = [
+        {"id": ["a", "list"], "traces": [{"id": "t-0"}]},  # not an id an episode is known by
+        {"id": True, "traces": [{"id": "t-1"}]},
+        {"traces": [{"id": "t-2"}]},
+    ]
+    async with FileMonitor(tmp_path / "run") as monitor:
+        await monitor.log_episodes(odd, step=0, subset="all")
+        await monitor.log_episodes(odd, step=0, subset="effective")  # written again: unknown
+    assert monitor.stats() == DeliveryStats(6, 6, {})
+    assert list(read_records(tmp_path / "run")) == odd + odd
+    marks = rules.read_annotations(rules.traces_dir(tmp_path / "run"))
+    assert sorted(marks) == ["t-0", "t-1", "t-2"]
+    # A stream that cannot be opened: the whole cohort is counted lost.
+    async with FileMonitor(tmp_path / "stray") as broken:
+        broken.stream_dir.mkdir(parents=True)
+        (broken.stream_dir / "notes.txt").write_text("not a chunk")
+        with pytest.raises(TraceWriteError):
+            await broken.log_episodes(odd, step=0, subset="effective")
+        assert broken.stats() == DeliveryStats(3, 0, {"write_error": 3})
