@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 
@@ -35,6 +35,7 @@ __all__ = [
     "annotation_row",
     "check_updates",
     "shipped_update",
+    "writer_for",
 ]
 
 log = logging.getLogger("monitors.file")
@@ -99,6 +100,37 @@ def check_updates(updates: Any) -> list[Mapping[str, Any]]:
                 f"(prime-rl's make_update), not {update!r:.80}"
             )
     return batch
+
+
+class StreamOptions(Protocol):
+    """A monitor's options for its trace streams (FileMonitor's and WandbMonitor's)."""
+
+    chunk_bytes: int
+    option: int
+    default: Callable[[Any], Any] | None
+    fsync: bool
+    compress: bool
+    level: int
+    seal_on_finalize: bool
+
+
+def writer_for(monitor: StreamOptions) -> Callable[[Path, Summary], TraceWriter]:
+    """What makes the writers of ``monitor``'s streams, with its options."""
+
+    def writer(directory: Path, summary: Summary) -> TraceWriter:
+        return TraceWriter(
+            directory,
+            chunk_bytes=monitor.chunk_bytes,
+            option=monitor.option,
+            default=monitor.default,
+            fsync=monitor.fsync,
+            compress=monitor.compress,
+            level=monitor.level,
+            seal_on_close=monitor.seal_on_finalize,
+            summary=summary,
+        )
+
+    return writer
 
 
 class TraceLog:

@@ -17,7 +17,7 @@ import anyio
 import encoder
 
 from ._files import last_newline_end, write_all
-from ._tracelog import RunDir, TraceLog, check_updates
+from ._tracelog import RunDir, TraceLog, check_updates, writer_for
 from .base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import TraceWriteError
 from .records import (
@@ -31,7 +31,6 @@ from .records import (
 )
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
 from .traces._sealed import DEFAULT_LEVEL
-from .traces._summary import Summary
 
 __all__ = ["FileMonitor"]
 
@@ -247,24 +246,11 @@ class FileMonitor(Monitor):
         self._ledger = Ledger()
         self._metrics_ledger = Ledger()
         self._annotations_ledger = Ledger()
-        self._traces = TraceLog(self.run, producer=producer, writer=self._writer)
+        self._traces = TraceLog(self.run, producer=producer, writer=writer_for(self))
         self._metrics_lock = anyio.Lock()
         #: Whether metrics.jsonl is known to end with a whole line (else it is mended first).
         self._metrics_whole = False
         self._finalized = False
-
-    def _writer(self, directory: Path, summary: Summary) -> TraceWriter:
-        return TraceWriter(
-            directory,
-            chunk_bytes=self.chunk_bytes,
-            option=self.option,
-            default=self.default,
-            fsync=self.fsync,
-            compress=self.compress,
-            level=self.level,
-            seal_on_close=self.seal_on_finalize,
-            summary=summary,
-        )
 
     async def start(self) -> None:
         """Create ``root`` and check that it can be written (in a worker thread).

@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._tracelog import RunDir, TraceLog, check_updates
+from ._tracelog import RunDir, TraceLog, check_updates, writer_for
 from .base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
 from .errors import MonitorError
 from .file import close_streams, degraded, ensure_writable_dir
@@ -34,7 +34,6 @@ from .records import (
 from .traces import DEFAULT_CHUNK_BYTES, TraceWriter
 from .traces._layout import chunk_path, scan, sealed_path
 from .traces._sealed import DEFAULT_LEVEL
-from .traces._summary import Summary
 
 if TYPE_CHECKING:
     from wandb import Run
@@ -453,24 +452,11 @@ class WandbMonitor(Monitor):
 
     # -- episodes -----------------------------------------------------------------------
 
-    def _writer(self, directory: Path, summary: Summary) -> TraceWriter:
-        return TraceWriter(
-            directory,
-            chunk_bytes=self.chunk_bytes,
-            option=self.option,
-            default=self.default,
-            fsync=self.fsync,
-            compress=self.compress,
-            level=self.level,
-            seal_on_close=self.seal_on_finalize,
-            summary=summary,
-        )
-
     def _trace_log(self) -> TraceLog:
         if self._traces is None:
             assert self.run is not None
             run = RunDir(Path(self.run.dir))
-            self._traces = TraceLog(run, producer=self.producer, writer=self._writer)
+            self._traces = TraceLog(run, producer=self.producer, writer=writer_for(self))
         return self._traces
 
     def _opened_streams(self) -> list[_Stream]:
