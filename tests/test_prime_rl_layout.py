@@ -29,6 +29,7 @@ from monitors.errors import TraceWriteError
 from monitors.records import Records
 from monitors.testing import EpisodeMaker
 from monitors.traces import find_record, read_record, read_records
+from monitors.traces._annotations import fold
 from monitors.traces._layout import index_path
 from monitors.traces._summary import TopFields, episode_row
 
@@ -296,3 +297,59 @@ async def test_the_effective_cohort_counts_every_episode_whatever_its_id(tmp_pat
         with pytest.raises(TraceWriteError):
             await broken.log_episodes(odd, step=0, subset="effective")
         assert broken.stats() == DeliveryStats(3, 0, {"write_error": 3})
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+TRACE = st.fixed_dictionaries(
+    {"id": st.sampled_from(["t", "u"]) | JSON},
+    optional={
+        "info": JSON,
+        "nodes": st.lists(
+            JSON
+            | st.fixed_dictionaries({}, optional={"parent": JSON, "token_ids": JSON, "mask": JSON}),
+            max_size=4,
+        ),
+    },
+)
+UPDATE = st.fixed_dictionaries(
+    {"trace_id": st.sampled_from(["t", "u"])},
+    optional={
+        "info": JSON,
+        "branches": st.lists(
+            JSON
+            | st.fixed_dictionaries(
+                {"index": JSON}, optional={"advantages": JSON, "is_masked": JSON}
+            ),
+            max_size=3,
+        ),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=st.lists(
+        JSON | st.fixed_dictionaries({}, optional={"traces": st.lists(TRACE | JSON, max_size=3)}),
+        max_size=4,
+    ),
+    updates=st.lists(UPDATE, max_size=4),
+)
+def test_folding_any_records_with_any_updates_never_raises(
+    records: list[Any], updates: list[Any]
+) -> None:
+    """Damaged or foreign records and updates fold or pass through: a reader never stops."""
+    by_trace: dict[str, list[Any]] = {}
+    for update in updates:
+        by_trace.setdefault(update["trace_id"], []).append(update)
+    before = copy.deepcopy(records)
+    folded = list(fold(iter(records), by_trace))
+    assert len(folded) == len(before)
+    for got, was in zip(folded, before, strict=True):
+        if not isinstance(was, dict):
+            assert got == was

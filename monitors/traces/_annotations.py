@@ -121,8 +121,7 @@ def fold(records: Iterator[Any], annotations: dict[str, list[Mapping[str, Any]]]
     for record in records:
         if isinstance(record, dict):
             for trace in record.get("traces") or []:
-                if isinstance(trace, dict):
-                    updates = annotations.get(trace.get("id"))  # type: ignore[arg-type]
-                    if updates:
-                        fold_trace(trace, updates)
+                trace_id = trace.get("id") if isinstance(trace, dict) else None
+                if type(trace_id) is str and (updates := annotations.get(trace_id)):
+                    fold_trace(trace, updates)
         yield record
