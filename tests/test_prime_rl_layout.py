@@ -353,3 +353,36 @@ def test_folding_any_records_with_any_updates_never_raises(
     for got, was in zip(folded, before, strict=True):
         if not isinstance(was, dict):
             assert got == was
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    record=JSON
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "id": JSON,
+            "traces": st.lists(
+                TRACE
+                | st.fixed_dictionaries(
+                    {}, optional={"rewards": JSON, "timing": JSON, "calls": JSON}
+                ),
+                max_size=3,
+            ),
+            "run": JSON,
+            "errors": JSON,
+        },
+    )
+)
+def test_any_record_gets_a_row(record: Any) -> None:
+    """A row never stops a record from being written, whatever the record holds."""
+    row = episode_row(record)
+    assert set(row) >= {"id", "kind", "line", "offset", "chunk", "reward", "trace_ids"}
+
+
+def test_a_timing_tree_too_deep_to_walk_gets_a_row() -> None:
+    deep: dict[str, Any] = {}
+    for _ in range(5_000):
+        deep = {"phase": deep}
+    row = episode_row({"id": "x", "traces": [{"id": "t", "timing": deep}]})
+    assert (row["id"], row["duration"]) == ("x", None)

@@ -249,7 +249,7 @@ def episode_row(value: Any, top: Mapping[str, Any] | None = None) -> dict[str, A
         record = {}
     try:
         return _row(record)
-    except (TypeError, ValueError, ArithmeticError):
+    except (TypeError, ValueError, ArithmeticError, RecursionError):
         return _row({"id": record.get("id")})
 
 
