@@ -480,8 +480,8 @@ class WandbMonitor(Monitor):
         subset: Subset = "effective",
     ) -> None:
         """Write the episodes to the run's trace stream (the ``"effective"`` cohort as
-        annotations), in order, as ``FileMonitor`` does; full chunks that are final by now (sealed, without
-        ``compress``: rolled past) are then handed to W&B.
+        annotations), in order, as ``FileMonitor`` does; full chunks that are final by now
+        (sealed, without ``compress``: rolled past) are then handed to W&B.
 
         :param episodes: verifiers episodes, pydantic models, objects with ``to_record()``, or
             Mappings (``Records``).

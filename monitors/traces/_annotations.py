@@ -2,10 +2,11 @@
 
 An annotation (an update) names a trace and carries an ``info`` dict, merged deep into the
 trace's own, and per-token streams over its branches (``advantages``, ``trainer_logprobs``,
-``entropies``, ``is_masked``), each full-length over a branch's tokens with nulls where
-nothing is known. A stream is put on a node, compacted over the node's ``mask`` as its own
-``logprobs`` are, only where it covers the node's every token; ``is_masked`` and
-``mismatch_kl`` may hold nulls (one value known is enough), the others may not. Updates apply in write order, newest winning.
+``entropies``, ``is_masked``, ``mismatch_kl``), each full-length over a branch's tokens with
+nulls where nothing is known. A stream is put on a node, compacted over the node's ``mask``
+as its own ``logprobs`` are, only where it covers the node's every token; ``is_masked`` and
+``mismatch_kl`` may hold nulls (one value known is enough), the others may not. Updates
+apply in write order, newest winning.
 """
 
 from __future__ import annotations
