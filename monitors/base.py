@@ -102,6 +102,15 @@ class Ledger:
         self.submitted += count
         self.lost[reason] += count
 
+    def take(self, count: int, *, unless: str | None = None) -> bool:
+        """Count ``count`` records as submitted; when ``unless`` names why they cannot be
+        taken (``START_FAILED``, ...), they are lost under it at once and this is False."""
+        if unless is not None:
+            self.refuse(count, unless)
+            return False
+        self.submitted += count
+        return True
+
 
 class Monitor(ABC):
     """Where a training run's metrics and episodes go. Use as ``async with``: entering

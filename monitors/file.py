@@ -281,10 +281,8 @@ class FileMonitor(Monitor):
         """
         self._check_open()
         ledger = self._metrics_ledger
-        if self.start_error is not None:
-            ledger.refuse(1, START_FAILED)
+        if not ledger.take(1, unless=self._refusing()):
             return
-        ledger.submitted += 1
         try:
             line = encoder.encode(
                 metrics_row(metrics, step=step, producer=self.producer),
@@ -337,10 +335,8 @@ class FileMonitor(Monitor):
         check_kind(kind, subset)
         batch = list(episodes)
         ledger = self._ledger
-        if self.start_error is not None:
-            ledger.refuse(len(batch), START_FAILED)
+        if not ledger.take(len(batch), unless=self._refusing()):
             return
-        ledger.submitted += len(batch)
         await self._traces.log(batch, ledger, self._records, step=step, kind=kind, subset=subset)
 
     async def log_annotations(
@@ -365,10 +361,8 @@ class FileMonitor(Monitor):
         self._check_open()
         batch = check_updates(updates)
         ledger = self._annotations_ledger
-        if self.start_error is not None:
-            ledger.refuse(len(batch), START_FAILED)
+        if not ledger.take(len(batch), unless=self._refusing()):
             return
-        ledger.submitted += len(batch)
         await self._traces.annotate(batch, ledger, step=step)
 
     async def finalize(self) -> None:
@@ -398,6 +392,10 @@ class FileMonitor(Monitor):
     def metrics_stats(self) -> DeliveryStats:
         """Metrics rows (one per ``log_metrics`` call): submitted, written, lost by reason."""
         return self._metrics_ledger.snapshot()
+
+    def _refusing(self) -> str | None:
+        """Why what the monitor is given is lost at once: its start failed; else None."""
+        return START_FAILED if self.start_error is not None else None
 
     def _check_open(self) -> None:
         if self._finalized:

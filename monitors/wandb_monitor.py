@@ -379,6 +379,13 @@ class WandbMonitor(Monitor):
             raise RuntimeError("WandbMonitor is not started: its run has no directory yet")
         return RunDir(Path(self.run.dir)).stream
 
+    def _refusing(self, running: bool) -> str | None:
+        """Why episodes or annotations are lost at once: the start failed, or the run is
+        disabled (W&B keeps nothing, so neither do we); else None."""
+        if not running:
+            return START_FAILED
+        return "disabled" if self._disabled else None
+
     def _check_open(self) -> bool:
         """Whether the monitor takes records (False: its start failed, so they are lost).
 
@@ -402,11 +409,9 @@ class WandbMonitor(Monitor):
         :raises RuntimeError: The monitor is not started, or finalized.
         """
         ledger = self._metrics_ledger
-        if not self._check_open():
-            ledger.refuse(1, START_FAILED)
+        if not ledger.take(1, unless=None if self._check_open() else START_FAILED):
             return
         assert self._metrics_send is not None
-        ledger.submitted += 1
         try:
             self._metrics_send.send_nowait((finite_metrics(metrics, step=step), step))
         except anyio.WouldBlock:
@@ -494,16 +499,10 @@ class WandbMonitor(Monitor):
         running = self._check_open()
         check_kind(kind, subset)
         batch = list(episodes)
-        ledger = self._ledger
-        if not running:
-            ledger.refuse(len(batch), START_FAILED)
-            return
-        ledger.submitted += len(batch)
-        if self._disabled:  # mode="disabled": W&B keeps nothing, so neither do we
-            ledger.lost["disabled"] += len(batch)
+        if not self._ledger.take(len(batch), unless=self._refusing(running)):
             return
         traces = self._trace_log()
-        await traces.log(batch, ledger, self._records, step=step, kind=kind, subset=subset)
+        await traces.log(batch, self._ledger, self._records, step=step, kind=kind, subset=subset)
         await self._save_full_chunks()
 
     async def _save_full_chunks(self) -> None:
@@ -526,12 +525,7 @@ class WandbMonitor(Monitor):
         running = self._check_open()
         batch = check_updates(updates)
         ledger = self._annotations_ledger
-        if not running:
-            ledger.refuse(len(batch), START_FAILED)
-            return
-        ledger.submitted += len(batch)
-        if self._disabled:  # mode="disabled": W&B keeps nothing, so neither do we
-            ledger.lost["disabled"] += len(batch)
+        if not ledger.take(len(batch), unless=self._refusing(running)):
             return
         await self._trace_log().annotate(batch, ledger, step=step)
         await self._save_full_chunks()

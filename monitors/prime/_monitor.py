@@ -511,14 +511,11 @@ class PrimeMonitor(Monitor):
 
     async def log_metrics(self, metrics: Mapping[str, Any], *, step: int) -> None:
         """Queue one metrics post (non-finite values dropped and named) and return at once."""
-        running = self._check_open()
         ledger = self._metrics_ledger
-        if not running:
-            ledger.refuse(1, START_FAILED)
+        if not ledger.take(1, unless=None if self._check_open() else START_FAILED):
             return
         assert self.config is not None
         assert self._metrics_send is not None
-        ledger.submitted += 1
         payload = {
             "run_id": self.config.run_id,
             "step": step,
