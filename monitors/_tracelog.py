@@ -13,7 +13,8 @@ RUN/monitors/file/traces/annotations/<producer>.index.jsonl
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -187,11 +188,8 @@ class TraceLog:
 
         :raises TraceWriteError: The disk refused a write.
         """
-        try:
+        with _rest_lost(ledger, len(batch)):  # a stream that cannot be opened keeps nothing
             ids = await self._known_ids() if subset == "effective" else None
-        except TraceWriteError:  # the stream cannot be opened: nothing of the batch is kept
-            ledger.lost["write_error"] += len(batch)
-            raise
         annotations = self._annotation_writer() if subset == "effective" else None
         chunk = -1
         for i, episode in enumerate(batch):
@@ -201,7 +199,7 @@ class TraceLog:
                 ledger.lost["bad_record"] += 1
                 log.warning("step %d: episode %d has no record: %r", step, i, exc)
                 continue
-            try:
+            with _rest_lost(ledger, len(batch) - i):
                 record_id, trace_ids = episode_ids(value)
                 if ids is None or not _id_like(record_id) or record_id not in ids:
                     written = await _append(self.stream, value, ledger, step=step, kind=kind, i=i)
@@ -213,12 +211,6 @@ class TraceLog:
                     for trace_id in trace_ids:
                         update = shipped_update(trace_id, step=step, kind=kind)
                         await annotations.append(update, step=step)
-            except TraceWriteError:
-                ledger.lost["write_error"] += len(batch) - i
-                raise
-            except BaseException:
-                ledger.lost["cancelled"] += len(batch) - i
-                raise
             ledger.delivered += 1
         return chunk
 
@@ -233,18 +225,13 @@ class TraceLog:
         """
         writer = self._annotation_writer()
         for i, update in enumerate(updates):
-            try:
-                await writer.append(update, step=step)
-            except encoder.EncodeError as exc:
-                ledger.lost["encode_error"] += 1
-                log.warning("update %d (trace %s) not written: %s", i, update["trace_id"], exc)
-                continue
-            except TraceWriteError:
-                ledger.lost["write_error"] += len(updates) - i
-                raise
-            except BaseException:
-                ledger.lost["cancelled"] += len(updates) - i
-                raise
+            with _rest_lost(ledger, len(updates) - i):
+                try:
+                    await writer.append(update, step=step)
+                except encoder.EncodeError as exc:
+                    ledger.lost["encode_error"] += 1
+                    log.warning("update %d (trace %s) not written: %s", i, update["trace_id"], exc)
+                    continue
             ledger.delivered += 1
 
     async def _known_ids(self) -> set[Any]:
@@ -273,6 +260,20 @@ class TraceLog:
         """Remember that the episode ``record_id`` is in the stream."""
         if self._ids is not None and _id_like(record_id):
             self._ids.add(record_id)
+
+
+@contextmanager
+def _rest_lost(ledger: Ledger, left: int) -> Iterator[None]:
+    """Around writing a record: a disk that refuses (``write_error``) or a cancellation
+    (``cancelled``) loses it and the ``left - 1`` after it; the error goes on up."""
+    try:
+        yield
+    except TraceWriteError:
+        ledger.lost["write_error"] += left
+        raise
+    except BaseException:
+        ledger.lost["cancelled"] += left
+        raise
 
 
 def _id_like(record_id: Any) -> bool:
