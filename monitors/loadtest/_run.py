@@ -26,6 +26,7 @@ from ..lag import LagStats, LoopLagProbe
 from ..prime import PrimeMonitor
 from ..testing import wandb_offline_env
 from ..testing.episodes import Episode, EpisodeMaker
+from ..traces._layout import RUN_STREAM
 from ..wandb_monitor import INSTALL_HINT as WANDB_INSTALL_HINT
 from ..wandb_monitor import WandbMonitor
 from ._config import LoadtestConfig
@@ -100,11 +101,13 @@ class RunSpec:
 
 
 def _stream_dirs(monitor: Monitor) -> dict[str, str]:
-    if isinstance(monitor, WandbMonitor) and monitor.run is None:
+    if isinstance(monitor, FileMonitor):
+        root = monitor.root
+    elif isinstance(monitor, WandbMonitor) and monitor.run is not None:
+        root = Path(monitor.run.dir)
+    else:
         return {}
-    assert isinstance(monitor, FileMonitor | WandbMonitor)
-    stream = monitor.stream_dir
-    return {"run": str(stream.parents[3]), "stream": str(stream)}
+    return {"run": str(root), "stream": str(root / RUN_STREAM)}
 
 
 def _prime(root: Path, config: LoadtestConfig, url: str | None) -> Monitor:
