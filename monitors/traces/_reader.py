@@ -40,6 +40,7 @@ __all__ = [
     "find_record",
     "find_row",
     "iter_spans",
+    "line_at",
     "parse_span",
     "read_record",
     "read_records",
@@ -440,20 +441,10 @@ def read_at(directory: str | os.PathLike[str], row: IndexRow, *, what: str) -> A
     """
     root = stream_of(directory)
     try:
-        length = row.length
-        if length is None:  # a row prime-rl wrote: the record is the line at its offset
-            with open_chunk(root, row.chunk) as f:
-                length = after_newline(f, row.offset) - row.offset
+        length = _length(root, row)
         span = LineSpan(row.chunk, row.offset, length - 1, True, None)
         if length - 1 <= BIG_LINE:
-            with open_chunk(root, row.chunk) as f:
-                f.seek(row.offset)
-                data = f.read(length)
-                while len(data) < length and (more := f.read(length - len(data))):
-                    data += more
-            if len(data) != length or not data.endswith(b"\n"):
-                raise ValueError("the index points past the data")
-            span.data = data[:-1]
+            span.data = _read_line(root, row, length)[:-1]
         return parse_span(root, span)
     except FileNotFoundError as exc:
         raise TraceFormatError(
@@ -462,6 +453,47 @@ def read_at(directory: str | os.PathLike[str], row: IndexRow, *, what: str) -> A
     except (ValueError, ijson.JSONError, DamagedFrame) as exc:
         raise TraceFormatError(
             f"{what} is not a complete JSON record ({exc})",
+            chunk=chunk_name(root, row.chunk),
+            offset=row.offset,
+        ) from exc
+
+
+def _length(root: Path, row: IndexRow) -> int:
+    """The bytes of the line ``row`` points at, its newline included."""
+    if row.length is not None:
+        return row.length
+    with open_chunk(root, row.chunk) as f:  # a row prime-rl wrote: the line at its offset
+        return after_newline(f, row.offset) - row.offset
+
+
+def _read_line(root: Path, row: IndexRow, length: int) -> bytes:
+    with open_chunk(root, row.chunk) as f:
+        f.seek(row.offset)
+        data = f.read(length)
+        while len(data) < length and (more := f.read(length - len(data))):
+            data += more
+    if len(data) != length or not data.endswith(b"\n"):
+        raise ValueError("the index points past the data")
+    return data
+
+
+def line_at(directory: str | os.PathLike[str], row: IndexRow, *, what: str) -> bytes:
+    """The bytes of the line ``row`` points at, its newline included, unparsed (a sealed
+    chunk's frames it spans decompressed). Blocking: call it in a worker thread.
+
+    :raises TraceFormatError: The line is not where the row says, a frame it spans is
+        damaged, or the chunk is missing.
+    """
+    root = stream_of(directory)
+    try:
+        return _read_line(root, row, _length(root, row))
+    except FileNotFoundError as exc:
+        raise TraceFormatError(
+            f"{what}: its chunk is missing", chunk=chunk_path(root, row.chunk).name
+        ) from exc
+    except (ValueError, DamagedFrame) as exc:
+        raise TraceFormatError(
+            f"{what} is not where its row says ({exc})",
             chunk=chunk_name(root, row.chunk),
             offset=row.offset,
         ) from exc
