@@ -12,7 +12,7 @@ import gzip
 import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +23,10 @@ from ._body import Body, frame, new_boundary
 from ._gzip import compressor
 from ._worker import Worker, result
 
-__all__ = ["ENDING_ROOM", "PIECE_BYTES", "Batch", "BatchBuilder", "Keys"]
+__all__ = ["ENDING_ROOM", "PIECE_BYTES", "Batch", "BatchBuilder", "Keys", "Piece"]
+
+#: Bytes of a line: a view of a line read from the disk, or bytes the encoder made.
+Piece = bytes | memoryview
 
 #: Encoded bytes handed to the worker thread in one job.
 PIECE_BYTES = 1 << 20
@@ -104,9 +107,11 @@ class BatchBuilder:
         self.size = 0  # uncompressed bytes, pending ones included
         self.first_step: int | None = None
         self.last_step: int | None = None
+        self.first_line: int | None = None  # the stream's line numbers (outbox mode)
+        self.last_line: int | None = None
         self._worker = worker
         self._keys = keys
-        self._pending: list[bytes] = []
+        self._pending: list[Piece] = []
         self._pending_bytes = 0
         self._closed = False
         # Touched only in the worker thread, one job at a time:
@@ -123,19 +128,29 @@ class BatchBuilder:
             return True
         return self.records < batch_lines and self.size + length + ENDING_ROOM <= batch_bytes
 
-    async def add(self, chunks: list[bytes], length: int, *, step: int) -> None:
-        """Add one complete line (its encoded chunks, ``length`` bytes in all, the last
-        ending in ``"\n"``): hand over its full pieces and wait for them (docs/design.md D10).
-        The line's newline is held back until the next line or close."""
+    async def add(
+        self,
+        chunks: Sequence[Piece],
+        length: int,
+        *,
+        step: int | None,
+        line: int | None = None,
+    ) -> None:
+        """Add one complete line (its encoded chunks, ``length`` bytes in all, the last a
+        ``bytes`` ending in ``"\n"``): hand over its full pieces and wait for them
+        (docs/design.md D10). The line's newline is held back until the next line or close.
+        ``line``: its number in the stream it was read from (outbox mode)."""
         assert not self._closed, "add after close"
-        assert chunks[-1].endswith(b"\n"), "a line ends with a newline"
+        last = chunks[-1]
+        assert isinstance(last, bytes), "a line's last piece is bytes"
+        assert last.endswith(b"\n"), "a line ends with a newline"
         # The previous line's newline first; this line's own is held back.
-        chunks = [b"\n"] * (self.records > 0) + [*chunks[:-1], chunks[-1][:-1]]
+        chunks = [*[b"\n"] * (self.records > 0), *chunks[:-1], last[:-1]]
         self.size += length
         self.records += 1
-        if self.first_step is None:
-            self.first_step = step
-        self.last_step = step
+        if self.records == 1:
+            self.first_step, self.first_line = step, line
+        self.last_step, self.last_line = step, line
         jobs = []
         for chunk in chunks:
             self._pending.append(chunk)  # a new list after each hand-over
@@ -160,7 +175,7 @@ class BatchBuilder:
 
     # -- in the worker thread -------------------------------------------------------------
 
-    def _digest(self, pieces: list[bytes]) -> None:
+    def _digest(self, pieces: list[Piece]) -> None:
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         self._hash.update(data)
         self._keep(self._zip.compress(data))

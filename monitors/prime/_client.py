@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import random
 import re
 import time
@@ -209,6 +210,13 @@ class Client:
             self._outages[host] = Outage(host, outage.since, cause, outage.ever_answered)
             return
         self._outages[host] = Outage(host, time.monotonic(), cause, host in self._answered)
+        if math.isinf(self.config.retry_for):  # outbox mode: the records wait on the disk
+            log.warning(
+                "Prime API at %s did not answer (%s); retrying each request until it answers",
+                host,
+                cause,
+            )
+            return
         log.warning(
             "Prime API at %s did not answer (%s); retrying each request for up to %.0f s. "
             "Records whose requests never reach it are counted 'unreachable'.",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import aclosing
 from functools import partial
+from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
@@ -21,6 +23,7 @@ import encoder
 
 from .._release import release
 from ..base import START_FAILED, DeliveryStats, Ledger, Monitor, finite_metrics
+from ..errors import TraceFormatError, UploadError
 from ..records import (
     DEFAULT_FLOAT_DECIMALS,
     Kind,
@@ -30,7 +33,9 @@ from ..records import (
     check_kind,
     line_option,
 )
-from ._batch import Batch, BatchBuilder, Keys
+from ..traces._layout import IndexRow
+from ..traces._reader import line_at
+from ._batch import PIECE_BYTES, Batch, BatchBuilder, Keys, Piece
 from ._client import Attempts, Client
 from ._config import (
     MAX_BATCH_LINES,
@@ -41,6 +46,8 @@ from ._config import (
     PrimeConfig,
     Secret,
 )
+from ._outbox import Cursor, Tail, cursor_path, known_run_ids, outbox_stream
+from ._restamp import restamp
 from ._stamp import Stamp
 from ._worker import Worker, result
 
@@ -58,6 +65,9 @@ _Item = tuple[Any, int, Kind, Subset]  # episode, step, kind, subset
 
 #: Seconds the oldest pending episode may wait before the monitor warns (once).
 PENDING_AGE = 60.0
+
+#: Outbox mode: seconds between two looks at the stream's index for new rows.
+OUTBOX_POLL = 0.1
 
 #: Rejections that name records (or a size that halving cures), not the request: a batch of
 #: several lines rejected so is split to find the lines (prime-traces' ``ErrorCode``).
@@ -80,17 +90,38 @@ RECORD_CODES: Final = frozenset(
 
 class _Tally:
     """Records of one batch not counted yet (its halves are counted as they are answered),
-    and what the attempts of its request under way have done."""
+    how those counted were, and what the attempts of its request under way have done."""
 
-    __slots__ = ("attempts", "left")
+    __slots__ = ("attempts", "counts", "left")
 
     def __init__(self, records: int) -> None:
         self.left = records
+        self.counts: Counter[str] = Counter()
         self.attempts = Attempts()
 
 
-_Line = tuple[list[bytes], int, str]  # encoded chunks, bytes in all, line format
-_Encoded = tuple[_Line, int, Kind, Subset]  # a line, its step, kind and subset
+def _kind_of(row: IndexRow) -> Kind:
+    """A row's kind, as the stamp names it (a row without one is a training episode)."""
+    return "eval" if row.kind == "eval" else "train"
+
+
+def _pieces(data: bytes) -> list[Piece]:
+    """A line as pieces of at most ``PIECE_BYTES`` (views, no copy), the last ``bytes``."""
+    view = memoryview(data)
+    cut = max(0, len(data) - 1)
+    pieces: list[Piece] = [view[i : min(i + PIECE_BYTES, cut)] for i in range(0, cut, PIECE_BYTES)]
+    return [*pieces, data[cut:]]
+
+
+def _settles(reason: str) -> bool:
+    """Whether a record counted so is answered for good (else, in outbox mode, it stays on
+    the disk, pending): stored, rejected by the service, or too large ever to be sent."""
+    return reason in ("delivered", "too_large", "damaged_record") or reason.startswith("rejected")
+
+
+_Line = tuple[Sequence[Piece], int, str]  # encoded chunks, bytes in all, line format
+# a line, its step, kind and subset, and its number in the outbox's stream (else None)
+_Encoded = tuple[_Line, int | None, Kind, Subset, int | None]
 
 
 class _RateLimitedWarning:
@@ -125,6 +156,16 @@ class PrimeMonitor(Monitor):
     ``stats()`` counts episodes: delivered once the server committed their batch, else lost
     by reason (``queue_full``, ``unauthorized``, ``failed``, ...: the monitors guide lists
     them); ``metrics_stats()`` counts metrics posts the same way.
+
+    With ``outbox``, the monitor uploads a run's trace stream from the disk instead of from
+    memory (docs/design.md D18): every record of the stream a ``FileMonitor`` writes there
+    (or any nodewise or prime-rl run directory), in order, whatever it is given itself. What
+    the service has answered for good is kept in a cursor beside the stream, so a restarted
+    process goes on where the last one was answered, sending again, byte for byte and under
+    the same ``Idempotency-Key``, what was never confirmed. Batches hold consecutive lines of
+    one kind and step (``linger`` is not used), a batch is retried until it is answered
+    (``retry_for`` is not used), and what is still on the disk at ``finalize`` is counted
+    ``pending``, not lost: ``nodewise traces upload`` sends it.
 
     ``start`` enters the monitor's task group and ``finalize`` leaves it: call both from the
     same task (``async with`` does).
@@ -169,6 +210,9 @@ class PrimeMonitor(Monitor):
     :param float_decimals: verifiers' ``to_record(float_decimals=...)``: the per-token floats
         of verifiers episodes rounded to this many decimals, verifiers' and
         prime-rl's default; None sends every digit. A dict or another model is sent as given.
+    :param outbox: a run's directory (or its stream's) to upload from; with no ``run_id``
+        nor ``RUN_ID``, the run its one earlier upload went to.
+    :param outbox_kind: in outbox mode, upload only the records of this kind.
     :raises ValueError: ``float_decimals`` is neither None nor an int (and the
         other settings' own checks).
     """
@@ -196,7 +240,27 @@ class PrimeMonitor(Monitor):
         option: int = 0,
         default: Callable[[Any], Any] | None = None,
         float_decimals: int | None = DEFAULT_FLOAT_DECIMALS,
+        outbox: str | os.PathLike[str] | None = None,
+        outbox_kind: Kind | None = None,
     ) -> None:
+        self.outbox = None if outbox is None else Path(outbox)
+        if outbox_kind is not None:
+            check_kind(outbox_kind, "all")
+            if outbox is None:
+                raise ValueError("outbox_kind is for outbox mode: give outbox too")
+        self.outbox_kind = outbox_kind
+        self._cursor: Cursor | None = None
+        self._tail: Tail | None = None
+        self._stream: Path | None = None
+        self._rows: deque[IndexRow] = deque()  # read from the index, not taken yet
+        self._closing = False  # finalize began: the outbox reader takes the rows there are
+        self._wake = anyio.Event()  # set by log_episodes and finalize: look at the index now
+        self._released = anyio.Event()  # set when held bytes go down
+        self._saving = anyio.Lock()
+        self._skipped_warned = 0
+        self._cursor_warned = -math.inf
+        #: Outbox mode: bytes of the stream's lines answered for good in this process.
+        self.settled_bytes = 0
         # The key is wrapped at once, so no repr, traceback local or log shows it.
         self._api_key = None if api_key is None else Secret(api_key)
         self.stamp_run = stamp_run
@@ -286,9 +350,15 @@ class PrimeMonitor(Monitor):
 
     async def _start(self) -> None:
         key = None if self._api_key is None else self._api_key.reveal()
+        args = dict(self._args)
+        if self.outbox is not None:
+            args["retry_for"] = math.inf  # the disk holds the batch: retried until answered
+            args["run_id"] = await anyio.to_thread.run_sync(self._outbox_run_id)
         # In a thread: it reads ~/.prime/config.json, and a home on a network mount may stall.
-        resolve = partial(PrimeConfig.resolve, api_key=key, **self._args)
+        resolve = partial(PrimeConfig.resolve, api_key=key, **args)
         config = await anyio.to_thread.run_sync(resolve)
+        if self.outbox is not None:
+            await anyio.to_thread.run_sync(self._open_outbox, config.run_id)
         self.config = config
         self._started = True
         session = aiohttp.ClientSession(
@@ -316,7 +386,11 @@ class PrimeMonitor(Monitor):
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
-        group.start_soon(self._encode_lines, name="PrimeMonitor encoder")
+        if self.outbox is None:
+            group.start_soon(self._encode_lines, name="PrimeMonitor encoder")
+        else:
+            self._receive.close()  # no episode is queued: the stream is the queue
+            group.start_soon(self._read_outbox, name="PrimeMonitor outbox reader")
         group.start_soon(self._assemble, name="PrimeMonitor batch assembler")
         group.start_soon(self._send_metrics, name="PrimeMonitor metrics sender")
         log.info(
@@ -326,9 +400,53 @@ class PrimeMonitor(Monitor):
             config.run_id,
         )
 
+    def _outbox_run_id(self) -> str | None:
+        """The run an outbox goes to: the one named, else ``RUN_ID``, else the run of the
+        stream's one earlier upload (None: a new run id)."""
+        assert self.outbox is not None
+        named = self._args["run_id"] or os.environ.get("RUN_ID")
+        if named:
+            return str(named)
+        known = known_run_ids(outbox_stream(self.outbox))
+        if len(known) > 1:
+            raise UploadError(
+                f"{self.outbox} was uploaded to several runs ({', '.join(known)}): name the "
+                "one to go on with (run_id)"
+            )
+        return known[0] if known else None
+
+    def _open_outbox(self, run_id: str) -> None:
+        """Take the cursor's lock, read the cursor, and start reading the index."""
+        assert self.outbox is not None
+        stream = outbox_stream(self.outbox)
+        cursor = Cursor(cursor_path(stream, run_id), run_id)
+        cursor.lock()
+        damage = cursor.read()
+        if damage is not None:
+            log.warning(
+                "Prime monitor: %s; every record of the stream not confirmed since is sent "
+                "again, each batch under the key it had, so the service answers for those it "
+                "holds and keeps one copy",
+                damage,
+            )
+        self._cursor = cursor
+        self._stream = stream
+        self._tail = Tail(stream)
+        done = cursor.delivered + sum(cursor.lost.values())
+        if done:
+            log.info(
+                "Prime monitor: resuming the upload of %s to run %s: %d record(s) answered "
+                "already (%d stored)",
+                stream,
+                run_id,
+                done,
+                cursor.delivered,
+            )
+
     async def finalize(self) -> None:
         """Deliver what is queued and in flight within ``drain_timeout``, then cancel the
-        rest (counted ``drain_timeout``) and close the session. Idempotent."""
+        rest (counted ``drain_timeout``) and close the session. Idempotent. In outbox mode,
+        what is not confirmed then stays on the disk, counted ``pending``."""
         if self._finalized:
             return
         self._finalized = True
@@ -336,6 +454,12 @@ class PrimeMonitor(Monitor):
             self._report_start_failure(
                 episodes=self._ledger.submitted, metrics_posts=self._metrics_ledger.submitted
             )
+            if self.outbox is not None:
+                log.warning(
+                    "Prime monitor: nothing of the outbox %s was uploaded; upload it with `%s`",
+                    self.outbox,
+                    self._upload_command(self._args["run_id"] or os.environ.get("RUN_ID")),
+                )
         group, config = self._group, self.config
         if group is None or config is None:
             return
@@ -345,6 +469,8 @@ class PrimeMonitor(Monitor):
         try:
             self._send.close()  # the encoder takes what is queued, then the assembler
             self._metrics_send.close()
+            self._closing = True  # the outbox reader takes the rows written by now
+            self._wake.set()
             self._say_what_finalize_waits_for(config.drain_timeout)
             with anyio.move_on_after(config.drain_timeout) as scope:
                 await self._assembled.wait()
@@ -360,7 +486,51 @@ class PrimeMonitor(Monitor):
                         await self._session.close()
                     if self._worker is not None:
                         await self._worker.aclose()
-                self._count_rest(reason)
+                    if self._cursor is not None:
+                        await self._close_outbox()
+                    else:
+                        self._count_rest(reason)
+
+    def _upload_command(self, run_id: str | None) -> str:
+        kind = f" --kind {self.outbox_kind}" if self.outbox_kind else ""
+        run = f" --run-id {run_id}" if run_id else ""
+        return f"nodewise traces upload {self.outbox}{run}{kind}"
+
+    async def _close_outbox(self) -> None:
+        """Count the rows not taken yet as pending, save the cursor a last time, let go of
+        its lock, and say what is left on the disk and how to send it."""
+        cursor, tail, config = self._cursor, self._tail, self.config
+        assert cursor is not None
+        assert tail is not None
+        assert config is not None
+
+        def rest() -> int:
+            return sum(1 for row in [*self._rows, *tail.rows()] if self._wanted(row))
+
+        try:
+            self._ledger.submitted += await anyio.to_thread.run_sync(rest)
+            await self._save_cursor()
+        finally:
+            cursor.unlock()
+        pending = self._ledger.pending
+        if pending:
+            client = self._client
+            outage = None if client is None else client.outage()
+            why = (
+                f"{outage.host} is not answering ({outage.cause})"
+                if outage is not None
+                else client.stop_reason
+                if client is not None and client.stopped
+                else f"drain_timeout {config.drain_timeout:g} s"
+            )
+            log.warning(
+                "Prime monitor: %d episode(s) of %s are not confirmed (%s) and wait on the "
+                "disk (counted 'pending'); send them with `%s`",
+                pending,
+                self._stream,
+                why,
+                self._upload_command(config.run_id),
+            )
 
     def _say_what_finalize_waits_for(self, deadline: float) -> None:
         """When the service is not answering, say at once what finalize waits for."""
@@ -456,9 +626,14 @@ class PrimeMonitor(Monitor):
         kind: Kind = "train",
         subset: Subset = "effective",
     ) -> None:
-        """Queue episodes for upload and return at once (a full queue drops and counts)."""
+        """Queue episodes for upload and return at once (a full queue drops and counts).
+        In outbox mode, only look at the stream for new records: the outbox's records are
+        what is uploaded, and counted."""
         running = self._check_open()
         check_kind(kind, subset)
+        if self.outbox is not None:
+            self._wake.set()
+            return
         batch = list(episodes)
         ledger = self._ledger
         if not running:
@@ -556,7 +731,7 @@ class PrimeMonitor(Monitor):
                     else:
                         line = await self._encode(episode, step, kind)
                     if line is not None:
-                        send.send_nowait((line, step, kind, subset))
+                        send.send_nowait((line, step, kind, subset, None))
                         self._arrived.set()
                     if line is not None and line[1] < _RELEASE_BYTES:
                         del episode  # small: freed at once
@@ -572,6 +747,126 @@ class PrimeMonitor(Monitor):
         finally:
             receive.close()
             self._arrived.set()
+
+    # -- the background: the outbox ------------------------------------------------------
+
+    def _wanted(self, row: IndexRow) -> bool:
+        """Whether the outbox uploads the record of ``row``: a line not settled yet, of the
+        kind asked for."""
+        assert self._cursor is not None
+        if row.line is None or self._cursor.settled_through(row.line) is not None:
+            return False
+        return self.outbox_kind is None or _kind_of(row) == self.outbox_kind
+
+    async def _read_outbox(self) -> None:
+        """Outbox mode: take each row of the stream's index as it is written, until finalize
+        and the rows written by then are taken; then close the lines' stream."""
+        send, tail = self._lines_send, self._tail
+        assert send is not None
+        assert tail is not None
+        rows = self._rows
+        try:
+            async with send:
+                while True:
+                    wake = self._wake = anyio.Event()
+                    closing = self._closing  # before reading: every row of now is read
+                    rows.extend(await anyio.to_thread.run_sync(tail.read))
+                    self._warn_skipped(tail)
+                    if not rows:
+                        if closing:
+                            break
+                        with anyio.move_on_after(OUTBOX_POLL):
+                            await wake.wait()
+                        continue
+                    while rows:
+                        await self._take(rows[0], send)
+                        rows.popleft()
+        except Exception:
+            self._crashed = True
+            log.exception("Prime monitor: reading the outbox failed; uploads stop")
+        finally:
+            self._arrived.set()
+
+    def _warn_skipped(self, tail: Tail) -> None:
+        for first, last in tail.skipped[self._skipped_warned :]:
+            log.warning(
+                "Prime monitor: the index of %s has no readable row for line(s) %d to %d; "
+                "those records are not uploaded (`nodewise traces verify` names the damage; "
+                "a FileMonitor reopening the stream rebuilds the rows)",
+                self._stream,
+                first,
+                last,
+            )
+        self._skipped_warned = len(tail.skipped)
+
+    async def _take(self, row: IndexRow, send: MemoryObjectSendStream[_Encoded]) -> None:
+        """Read one row's line from the disk, stamp it and hand it to the assembler, waiting
+        (never dropping) while ``queue_bytes`` are held. A line that cannot be sent is
+        settled lost at once; with uploads stopped, it stays pending."""
+        config, client, stream = self.config, self._client, self._stream
+        assert config is not None
+        assert client is not None
+        assert stream is not None
+        assert row.line is not None
+        if not self._wanted(row):
+            return
+        number, kind = row.line, _kind_of(row)
+        self._ledger.submitted += 1
+        if client.stopped:
+            return  # pending: the disk keeps it
+        what = f"record {number} of {stream}"
+        try:
+            data = await anyio.to_thread.run_sync(partial(line_at, stream, row, what=what))
+        except TraceFormatError as exc:
+            log.warning("Prime monitor: %s cannot be read, so not uploaded: %s", what, exc)
+            await self._settle_alone(number, "damaged_record", 0)
+            return
+        length = len(data)
+        if length > config.line_bytes + 1:  # the cap leaves out the newline
+            log.warning("Prime monitor: %s refused: over %d bytes", what, config.line_bytes)
+            await self._settle_alone(number, "too_large", length)
+            return
+        while self._held and self._held + length > self.queue_bytes:
+            self._released = released = anyio.Event()
+            await released.wait()
+        self._held += length
+        try:
+            stamped = await restamp(data, run_id=config.run_id, run_type=kind)
+        except ValueError as exc:
+            self._release(length)
+            log.warning("Prime monitor: %s is not one JSON value, so not uploaded: %s", what, exc)
+            await self._settle_alone(number, "damaged_record", length)
+            return
+        pieces = stamped.pieces if self.stamp_run else _pieces(data)
+        size = stamped.length if self.stamp_run else length
+        self._held += size - length
+        line_format = "episode" if stamped.traces else "trace"
+        send.send_nowait(((pieces, size, line_format), row.step, kind, "all", number))
+        self._arrived.set()
+
+    def _release(self, size: int) -> None:
+        self._held -= size
+        self._released.set()
+
+    async def _settle_alone(self, line: int, reason: str, size: int) -> None:
+        self._ledger.lost[reason] += 1
+        self.settled_bytes += size
+        assert self._cursor is not None
+        self._cursor.settle(line, line, delivered=0, lost={reason: 1})
+        await self._save_cursor()
+
+    async def _save_cursor(self) -> None:
+        """Write the cursor as it is now, one save at a time; a disk that refuses is warned
+        about (the next save tries again: until then a restart sends those batches again,
+        under their keys, and the service answers for them)."""
+        cursor = self._cursor
+        assert cursor is not None
+        async with self._saving:
+            data = cursor.encode()
+            try:
+                await anyio.to_thread.run_sync(cursor.save, data)
+            except OSError as exc:
+                self._warn_cursor(exc)
 
     # -- the background: assembling batches ---------------------------------------------
 
@@ -616,11 +911,12 @@ class PrimeMonitor(Monitor):
         assert config is not None
         assert client is not None
         assert slots is not None
-        ledger = self._ledger
         builder: BatchBuilder | None = None
+        outbox = self._cursor is not None
         while True:
             try:
-                item = await self._next(None if builder is None else config.linger)
+                # An outbox's batches never close for time: they are the stream's (D18).
+                item = await self._next(None if builder is None or outbox else config.linger)
             except anyio.EndOfStream:
                 break
             if item is None:  # the queue went quiet: send what we have
@@ -628,13 +924,13 @@ class PrimeMonitor(Monitor):
                 await self._ship(builder, uploads)
                 builder = None
                 continue
-            (chunks, length, line_format), step, kind, subset = item
+            (chunks, length, line_format), step, kind, subset, number = item
             if client.stopped:
-                ledger.lost[client.stopped_as] += 1
-                self._held -= length
+                self._lose(client.stopped_as, 1)
+                self._release(length)
                 if builder is not None:
-                    ledger.lost[client.stopped_as] += builder.records
-                    self._held -= builder.size
+                    self._lose(client.stopped_as, builder.records)
+                    self._release(builder.size)
                     builder = None
                     slots.release()
                 continue
@@ -642,6 +938,9 @@ class PrimeMonitor(Monitor):
                 (builder.kind, builder.subset, builder.line_format) != (kind, subset, line_format)
                 or not builder.fits(
                     length, batch_bytes=config.batch_bytes, batch_lines=config.batch_lines
+                )
+                or (
+                    outbox and (number != (builder.last_line or 0) + 1 or step != builder.last_step)
                 )
             ):
                 await self._ship(builder, uploads)
@@ -657,7 +956,7 @@ class PrimeMonitor(Monitor):
                     subset=subset,
                     line_format=line_format,
                 )
-            await builder.add(chunks, length, step=step)
+            await builder.add(chunks, length, step=step, line=number)
         if builder is not None:
             await self._ship(builder, uploads)
 
@@ -745,8 +1044,17 @@ class PrimeMonitor(Monitor):
         finally:
             if not tally.left:  # else cut short by finalize, which counts what is left
                 self._uploads.discard(tally)
-            self._held -= builder.size
+            self._release(builder.size)
             slots.release()
+        if self._cursor is not None and not tally.left:
+            assert builder.first_line is not None
+            assert builder.last_line is not None
+            delivered = tally.counts.pop("delivered", 0)
+            self.settled_bytes += builder.size
+            self._cursor.settle(
+                builder.first_line, builder.last_line, delivered=delivered, lost=tally.counts
+            )
+            await self._save_cursor()
 
     async def _post(
         self, batch: Batch, builder: BatchBuilder, context: dict[str, str], tally: _Tally
@@ -839,11 +1147,34 @@ class PrimeMonitor(Monitor):
             await self._post(await result(await half.close(context)), builder, context, tally)
 
     def _count(self, tally: _Tally, reason: str, records: int) -> None:
+        """Count ``records`` of a batch as ``reason``. In outbox mode, only an answer for
+        good counts: the rest stay on the disk, pending."""
+        if self._cursor is not None and not _settles(reason):
+            return
         if reason == "delivered":
             self._ledger.delivered += records
         else:
             self._ledger.lost[reason] += records
+        tally.counts[reason] += records
         tally.left -= records
+
+    def _lose(self, reason: str, records: int) -> None:
+        """Count ``records`` lost as ``reason``; in outbox mode, they stay pending unless
+        the reason is an answer for good."""
+        if self._cursor is None or _settles(reason):
+            self._ledger.lost[reason] += records
+
+    def _warn_cursor(self, exc: OSError) -> None:
+        now = time.monotonic()
+        if now - self._cursor_warned >= _WARN_EVERY * 12:
+            self._cursor_warned = now
+            log.warning(
+                "Prime monitor: cannot save the upload's cursor %s (%s); uploads go on, and "
+                "until a save succeeds a restart sends the batches confirmed since again "
+                "(under their keys: the service keeps one copy)",
+                self._cursor.path if self._cursor else "",
+                exc,
+            )
 
     async def _send_metrics(self) -> None:
         config, client, receive = self.config, self._client, self._metrics_receive
