@@ -268,6 +268,10 @@ async def test_a_prime_rl_stream_with_sealed_chunks_is_uploaded_whole(
         pass
     assert prime.stats().delivered == 12
     assert server.lines() == expected_lines(run)
+    # prime-rl's rows name no step: the batches' context says none (never "None").
+    contexts = [r["metadata"]["context"] for r in server.requests() if r["metadata"]]
+    assert contexts
+    assert all("step" not in c and c["run_type"] == "train" for c in contexts), contexts
 
 
 @pytest.mark.anyio

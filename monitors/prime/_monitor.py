@@ -778,9 +778,8 @@ class PrimeMonitor(Monitor):
                         with anyio.move_on_after(OUTBOX_POLL):
                             await wake.wait()
                         continue
-                    while rows:
-                        await self._take(rows[0], send)
-                        rows.popleft()
+                    while rows:  # a row leaves the deque as it is counted, in _take
+                        await self._take(rows.popleft(), send)
         except Exception:
             self._crashed = True
             log.exception("Prime monitor: reading the outbox failed; uploads stop")
@@ -1023,6 +1022,8 @@ class PrimeMonitor(Monitor):
             "first_step": str(builder.first_step),
             "subset": builder.subset,
         }
+        if builder.last_step is None:  # an outbox's row without one (prime-rl's, a rebuilt one)
+            del context["step"], context["first_step"]
         closing = await builder.close(context)
         uploads.start_soon(self._upload, builder, closing, context)
 
