@@ -220,6 +220,8 @@ async def test_a_file_monitors_run_is_uploaded_from_the_disk_once(
     assert (stats.submitted, stats.delivered, stats.pending, dict(stats.lost)) == (23, 23, 0, {})
     assert server.lines() == expected_lines(run)
     ids_once(server, 23)
+    rows = [orjson.loads(r) for r in index_path(run / RUN_STREAM).read_bytes().splitlines()]
+    assert prime.settled_bytes == sum(row["length"] for row in rows)  # the stream's bytes
     requests = server.stats()["requests_total"]
     # Batches hold lines of one step and kind: the service's context says which.
     for request in server.requests():

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import math
 import random
 import re
 import time
@@ -184,6 +183,8 @@ class Client:
         self.config = config
         self.session = session
         self.stopped = False
+        #: The records wait on the disk (outbox mode): a stop leaves them pending, not lost.
+        self.durable = False
         self.stopped_as: Stop = "unauthorized"
         self.stop_reason = ""
         self._outages: dict[str, Outage] = {}  # by host
@@ -210,7 +211,7 @@ class Client:
             self._outages[host] = Outage(host, outage.since, cause, outage.ever_answered)
             return
         self._outages[host] = Outage(host, time.monotonic(), cause, host in self._answered)
-        if math.isinf(self.config.retry_for):  # outbox mode: the records wait on the disk
+        if self.durable:
             log.warning(
                 "Prime API at %s did not answer (%s); retrying each request until it answers",
                 host,
@@ -338,12 +339,12 @@ class Client:
         self.stop_reason = problem
         log.error(
             "Prime API at %s: %s, for %s. This is a setting to fix, not a fault to wait out: "
-            "uploads are stopped and every record from now on is counted lost as "
-            "'setup_error'. Check PRIME_TRACES_URL / PRIME_API_BASE_URL (the URL a redirect "
-            "points to, https and its certificate).",
+            "uploads are stopped and %s. Check PRIME_TRACES_URL / PRIME_API_BASE_URL (the URL "
+            "a redirect points to, https and its certificate).",
             url,
             problem,
             what,
+            self._fate("setup_error"),
         )
 
     def _stop(self, status: int, detail: str, what: str) -> None:
@@ -353,12 +354,18 @@ class Client:
         self.stop_reason = f"HTTP {status} ({detail})"
         log.error(
             "Prime API refused the credentials (HTTP %d: %s) for %s; uploads are stopped and "
-            "every record from now on is counted lost as 'unauthorized'. Check PRIME_API_KEY "
-            "and PRIME_TEAM_ID.",
+            "%s. Check PRIME_API_KEY and PRIME_TEAM_ID.",
             status,
             detail or "no detail",
             what,
+            self._fate("unauthorized"),
         )
+
+    def _fate(self, stop: Stop) -> str:
+        """What becomes of the records a stop leaves, in words."""
+        if self.durable:
+            return "the records stay on the disk, pending, for a later upload"
+        return f"every record from now on is counted lost as '{stop}'"
 
 
 def _host(url: str) -> str:

@@ -261,6 +261,7 @@ class PrimeMonitor(Monitor):
         self._cursor_warned = -math.inf
         #: Outbox mode: bytes of the stream's lines answered for good in this process.
         self.settled_bytes = 0
+        self._raw: dict[int, int] = {}  # a line's bytes in the stream, by its number, in flight
         # The key is wrapped at once, so no repr, traceback local or log shows it.
         self._api_key = None if api_key is None else Secret(api_key)
         self.stamp_run = stamp_run
@@ -371,6 +372,7 @@ class PrimeMonitor(Monitor):
         )
         self._session = session
         self._client = Client(config, session)
+        self._client.durable = self.outbox is not None
         self._worker = Worker(name="PrimeMonitor gzip")
         self._keys = Keys()
         self._send, self._receive = anyio.create_memory_object_stream[_Item](config.queue_records)
@@ -839,7 +841,13 @@ class PrimeMonitor(Monitor):
         pieces = stamped.pieces if self.stamp_run else _pieces(data)
         size = stamped.length if self.stamp_run else length
         self._held += size - length
+        if size > config.line_bytes + 1:  # as stamped: what the service would refuse
+            self._release(size)
+            log.warning("Prime monitor: %s refused: over %d bytes", what, config.line_bytes)
+            await self._settle_alone(number, "too_large", length)
+            return
         line_format = "episode" if stamped.traces else "trace"
+        self._raw[number] = length
         send.send_nowait(((pieces, size, line_format), row.step, kind, "all", number))
         self._arrived.set()
 
@@ -1051,7 +1059,8 @@ class PrimeMonitor(Monitor):
             assert builder.first_line is not None
             assert builder.last_line is not None
             delivered = tally.counts.pop("delivered", 0)
-            self.settled_bytes += builder.size
+            lines = range(builder.first_line, builder.last_line + 1)
+            self.settled_bytes += sum(self._raw.pop(n, 0) for n in lines)
             self._cursor.settle(
                 builder.first_line, builder.last_line, delivered=delivered, lost=tally.counts
             )
