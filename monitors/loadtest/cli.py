@@ -40,7 +40,7 @@ PROG = "nodewise loadtest"
 #: ``nodewise``'s commands and what each does.
 COMMANDS = {
     "loadtest": "run the load test",
-    "traces": "ls, cat, stat, verify or get from a run's trace stream",
+    "traces": "ls, cat, stat, verify, get or upload a run's trace stream",
 }
 
 _UNITS = {

@@ -1,10 +1,12 @@
 """``nodewise traces cat|stat|verify|ls RUN`` and ``get RUN ID`` (also ``python -m
-monitors.traces``): look at a run's trace stream (plain or sealed chunks) from a shell.
+monitors.traces``): look at a run's trace stream (plain or sealed chunks) from a shell; and
+``upload RUN --run-id ID``: send it to the Prime Traces API (``monitors.prime._backfill``).
 
 Each command takes a run's directory (as ``FileMonitor(RUN)`` writes it: its stream is
-``RUN/monitors/file/traces/stream``) or a stream's directory, and only reads. A path that is
-neither, a missing index where one is needed, or an unknown id is one line on stderr and
-exit status 1; a usage error is argparse's, status 2.
+``RUN/monitors/file/traces/stream``) or a stream's directory, and only reads (``upload``
+writes its cursor beside the stream). A path that is neither, a missing index where one is
+needed, or an unknown id is one line on stderr and exit status 1; a usage error is
+argparse's, status 2.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any, BinaryIO
 import ijson
 import orjson
 
-from ..errors import TraceFormatError
+from ..errors import TraceFormatError, UploadError
 from ._index import count_rows, iter_rows
 from ._layout import (
     INDEX_SUFFIX,
@@ -815,8 +817,8 @@ def parser(*, prog: str = PROG) -> argparse.ArgumentParser:
     """The command line (``prog`` names the command in help and errors)."""
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Look at a run's trace stream (plain or sealed chunks) from a shell. "
-        "Every command only reads.",
+        description="Look at a run's trace stream (plain or sealed chunks) from a shell, or "
+        "upload it to the Prime Traces API. Every command but upload only reads.",
         epilog="DIR is a run's directory (FileMonitor(RUN) keeps its episodes, train and eval, "
         "in one stream, RUN/monitors/file/traces/stream, its index beside it in "
         "stream.index.jsonl) or a stream's directory (numbered chunks: 00000.jsonl, or "
@@ -829,6 +831,8 @@ def parser(*, prog: str = PROG) -> argparse.ArgumentParser:
         "verify": "parse every record and check the index and every sealed frame",
         "get": "print the record whose id is ID, as stored (through the index)",
         "ls": "list the index's rows as a table: a line per record (only the index is read)",
+        "upload": "send the records to the Prime Traces API until each is answered "
+        "(resumable), or check them without sending (--dry-run)",
     }
     for name, what in helps.items():
         command = commands.add_parser(name, help=what, description=what[0].upper() + what[1:])
@@ -863,7 +867,51 @@ def parser(*, prog: str = PROG) -> argparse.ArgumentParser:
             command.add_argument(
                 "--json", action="store_true", help="the rows as stored, as JSON lines"
             )
+        if name == "upload":
+            _upload_options(command, prog=prog)
     return p
+
+
+def _upload_options(command: argparse.ArgumentParser, *, prog: str) -> None:
+    """``upload``'s options, and what it does in its help."""
+    command.formatter_class = argparse.RawDescriptionHelpFormatter
+    command.description = (
+        "Send every record of a finished or interrupted run (nodewise's or prime-rl's, plain\n"
+        "or sealed chunks) to the Prime Traces API, each stamped with the run (run.id,\n"
+        "run.type), in batches of consecutive records of one kind and step, retried until the\n"
+        "service answers: an outage is waited out. What the service answered is kept in a\n"
+        "cursor beside the stream (stream.uploads/ID.json): after Ctrl-C, a crash or a\n"
+        "refused key, the same command goes on from there and sends nothing confirmed again.\n"
+        "\n"
+        "Settings come from the environment, else ~/.prime/config.json (prime login):\n"
+        "PRIME_API_KEY, PRIME_TEAM_ID, PRIME_TRACES_URL.\n"
+        "\n"
+        "Progress goes to stderr (bytes of the stream's lines and records, done of what is\n"
+        "left, and MB/s; a prime-rl row has no length: its bytes run to the next row's offset\n"
+        "or the chunk's end); the summary to stdout: delivered, rejected by the service's code,\n"
+        "too large, damaged, pending, and what earlier runs did.\n"
+        "\n"
+        "exit status: 0 every record stored; 1 records lost for good (by this run or an\n"
+        "earlier one), left pending, a refused key, or an error; 2 a usage error; 130 stopped\n"
+        "by Ctrl-C (SIGINT), 143 by SIGTERM: run the command again to go on.\n"
+        "--dry-run: 0 when every record would be stored, 1 when any would be refused."
+    )
+    command.epilog = f"Example: PRIME_API_KEY=... {prog} upload runs/42 --run-id 42 --kind eval"
+    command.add_argument(
+        "--run-id", required=True, metavar="ID", help="the run the records go to (required)"
+    )
+    command.add_argument(
+        "--kind",
+        choices=("train", "eval"),
+        help="only the records of this kind (a later run without it sends the rest)",
+    )
+    command.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="send nothing: check each record as it would be sent (readable, one JSON value, "
+        "stamped, at most 64 MiB, its request within 32 MiB, what the service's contract "
+        "refuses); list what would be refused",
+    )
 
 
 def _sort_joined(argv: Sequence[str]) -> list[str]:
@@ -893,6 +941,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         if problem is not None:
             raise CommandError(problem)
         root = stream_of(given)
+        if args.command == "upload":
+            from ..prime._backfill import upload_command
+
+            return upload_command(
+                given, run_id=args.run_id, kind=args.kind, dry_run=args.dry_run, prog=prog
+            )
         if args.command == "get":
             return get(root, args.id, prog=prog, given=given)
         if args.command == "ls":
@@ -909,7 +963,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
             return cat(root, fold=args.fold)
         command = {"stat": stat, "verify": verify}[args.command]
         return command(root)
-    except (CommandError, TraceFormatError) as exc:
+    except (CommandError, TraceFormatError, UploadError) as exc:
         print(f"{where}: {exc}", file=sys.stderr)
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, and let nothing flush to it at exit.
