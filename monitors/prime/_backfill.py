@@ -36,7 +36,7 @@ from ..base import DeliveryStats
 from ..errors import TraceFormatError, UploadError
 from ..records import Kind
 from ..testing._batch import BatchLimits, Refused, check_traces
-from ..traces._layout import IndexRow, index_path, stream_of
+from ..traces._layout import IndexRow, index_path, list_chunks, stream_of
 from ..traces._reader import line_at
 from ..traces._sealed import chunk_size
 from ._batch import BatchBuilder, Keys
@@ -91,6 +91,8 @@ class Plan:
     :param lost_before: Records earlier runs had lost for good, by reason (the cursor's).
     :param cursor_problem: Why the cursor could not be read (then nothing counts as settled).
     :param skipped: Line ranges no readable index row names: never uploaded.
+    :param unindexed: Bytes of the stream past its last row's line: records a crash left
+        without their row (a ``FileMonitor``'s next append rebuilds them), not uploaded.
     """
 
     stream: Path
@@ -103,6 +105,7 @@ class Plan:
     lost_before: Mapping[str, int] = field(default_factory=dict)
     cursor_problem: str | None = None
     skipped: tuple[tuple[int, int], ...] = ()
+    unindexed: int = 0
 
 
 def upload_stream(given: Path) -> Path:
@@ -171,7 +174,9 @@ def make_plan(
     """Read the index once: the rows the upload has left to send (blocking)."""
     tail = Tail(stream)
     records = size = inferred = 0
+    end = (-1, 0)  # the last row's chunk, and where its line ends
     for row, length, guessed in _sized(stream, tail.rows()):
+        end = (row.chunk, row.offset + length)
         if _wanted(row, cursor, kind):
             records += 1
             size += length
@@ -187,7 +192,20 @@ def make_plan(
         lost_before=dict(cursor.lost),
         cursor_problem=cursor_problem,
         skipped=tuple(tail.skipped),
+        unindexed=_past(stream, *end),
     )
+
+
+def _past(stream: Path, chunk: int, offset: int) -> int:
+    """Bytes of the stream past ``offset`` of chunk ``chunk`` (its last row's line's end)."""
+    try:
+        return sum(
+            chunk_size(stream, n) - (offset if n == chunk else 0)
+            for n in list_chunks(stream)
+            if n >= chunk
+        )
+    except (OSError, TraceFormatError):
+        return 0  # an unreadable chunk: the upload names it
 
 
 # -- progress ------------------------------------------------------------------------------
@@ -343,11 +361,11 @@ class Outcome:
     @property
     def exit_status(self) -> int:
         """128 + the signal that stopped it (130 SIGINT, 143 SIGTERM); 1 when records are
-        left pending or were lost (by this run or an earlier one: the cursor remembers), or
-        uploads were refused; else 0."""
+        left pending or were lost (by this run or an earlier one: the cursor remembers), have
+        no row to be found by, or uploads were refused; else 0."""
         if self.signal is not None:
             return 128 + self.signal
-        if self.stopped is not None or self.left or self.lost_total:
+        if self.stopped is not None or self.left or self.lost_total or self.plan.unindexed:
             return 1
         return 0
 
@@ -547,6 +565,12 @@ def summary(outcome: Outcome) -> list[str]:
     if plan.skipped:
         gaps = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in plan.skipped[:_SHOW_LINES])
         lines.append(f"note: no readable index row for line(s) {gaps}: not uploaded")
+    if plan.unindexed > 0:
+        lines.append(
+            f"note: {_size(plan.unindexed)} of records past the index's last row (a crash "
+            "left them without rows): not uploaded; the run's next FileMonitor append "
+            "rebuilds their rows, then run the upload again"
+        )
     if not plan.records:
         lines.append("nothing to upload: every record is answered already (no request sent)")
     else:
