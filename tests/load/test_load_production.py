@@ -11,11 +11,15 @@ against, on raw lag.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from monitors.loadtest import LoadtestConfig, make_episodes
+from monitors.testing import TracesServer
 
 from .loadcheck import check_run, check_server, check_shipped, check_stream, run
 
@@ -49,6 +53,32 @@ def test_trace_files_hold_every_record(monitor: str, out: Path) -> None:
     # Each episode written once; the effective cohort as annotations.
     check_stream(result.streams["stream"], maker, episodes, chunks=2)
     check_shipped(result.streams["run"], episodes)
+    if monitor == "file":
+        check_backfill(Path(result.streams["run"]), len(episodes))
+
+
+def check_backfill(run_dir: Path, episodes: int) -> None:
+    """``nodewise traces upload`` sends the finished run (a sealed chunk and a live one) to
+    a TracesServer: every record stored once, and a second run sends nothing."""
+    key = "sk-nodewise-backfill"
+    with TracesServer(api_key=key) as server:
+        env = {**os.environ, "PRIME_API_KEY": key, "PRIME_TRACES_URL": server.url}
+        command = [sys.executable, "-m", "monitors.traces", "upload", str(run_dir)]
+        for _ in range(2):
+            done = subprocess.run(
+                [*command, "--run-id", "loadtest-backfill"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1200,
+            )
+            assert done.returncode == 0, (done.stdout, done.stderr[-3000:])
+            print(done.stdout)
+        stats = server.stats()
+    assert stats["unique_ids"] == stats["lines_stored"] == episodes, stats
+    assert stats["duplicate_ids"] == 0, stats
+    assert stats["records_without_id"] == 0, stats
+    assert "nothing to upload" in done.stdout + done.stderr, (done.stdout, done.stderr)
 
 
 def test_prime_server_counts_every_record(out: Path) -> None:
