@@ -792,8 +792,7 @@ class PrimeMonitor(Monitor):
         for first, last in tail.skipped[self._skipped_warned :]:
             log.warning(
                 "Prime monitor: the index of %s has no readable row for line(s) %d to %d; "
-                "those records are not uploaded (`nodewise traces verify` names the damage; "
-                "a FileMonitor reopening the stream rebuilds the rows)",
+                "those records are not uploaded (`nodewise traces verify` names the damage)",
                 self._stream,
                 first,
                 last,
