@@ -41,8 +41,8 @@ from ..traces._reader import line_at
 from ..traces._sealed import chunk_size
 from ._batch import BatchBuilder, Keys
 from ._config import MAX_BATCH_BYTES, MAX_LINE_BYTES, MAX_REQUEST_BYTES
-from ._monitor import PrimeMonitor, _kind_of
-from ._outbox import Cursor, Tail, cursor_path, outbox_stream
+from ._monitor import PrimeMonitor
+from ._outbox import Cursor, Tail, cursor_path, kind_of, outbox_stream, wanted
 from ._restamp import Restamp
 from ._worker import Worker, result
 
@@ -131,14 +131,6 @@ def read_cursor(stream: Path, run_id: str) -> tuple[Cursor, str | None]:
     return cursor, cursor.read()
 
 
-def _wanted(row: IndexRow, cursor: Cursor, kind: Kind | None) -> bool:
-    """Whether the upload sends ``row``'s record, as the monitor decides it: a line not
-    settled in the cursor, of the kind asked for."""
-    if row.line is None or cursor.settled_through(row.line) is not None:
-        return False
-    return kind is None or _kind_of(row) == kind
-
-
 def _sized(stream: Path, rows: Iterable[IndexRow]) -> Iterator[tuple[IndexRow, int, bool]]:
     """Each row with its line's bytes and whether they were inferred (a row without a
     ``length``: up to the next row's offset in its chunk, else to the chunk's end)."""
@@ -177,7 +169,7 @@ def make_plan(
     end = (-1, 0)  # the last row's chunk, and where its line ends
     for row, length, guessed in _sized(stream, tail.rows()):
         end = (row.chunk, row.offset + length)
-        if _wanted(row, cursor, kind):
+        if wanted(row, cursor, kind):
             records += 1
             size += length
             inferred += guessed
@@ -637,7 +629,7 @@ def _inspect(stream: Path, row: IndexRow, run_id: str) -> _Verdict:
         return _Verdict(
             "too_large", f"line {number} is {len(data) - 1} bytes, over {MAX_LINE_BYTES}"
         )
-    scan = Restamp(data, run_id=run_id, run_type=_kind_of(row))
+    scan = Restamp(data, run_id=run_id, run_type=kind_of(row))
     try:
         while not scan.step(budget=1 << 30):
             pass
@@ -665,7 +657,7 @@ async def _check_request(verdict: _Verdict, row: IndexRow, run_id: str, worker: 
     scan = verdict.big
     assert scan is not None
     assert row.line is not None
-    kind = _kind_of(row)
+    kind = kind_of(row)
     builder = BatchBuilder(
         worker=worker,
         keys=Keys(),
@@ -727,7 +719,7 @@ async def check_upload(
     try:
         progress.show(0, 0, force=True)
         for row, length, _ in rows:
-            if not _wanted(row, cursor, kind):
+            if not wanted(row, cursor, kind):
                 continue
             assert row.line is not None
             verdict = await anyio.to_thread.run_sync(_inspect, stream, row, run_id)

@@ -46,7 +46,7 @@ from ._config import (
     PrimeConfig,
     Secret,
 )
-from ._outbox import Cursor, Tail, cursor_path, known_run_ids, outbox_stream
+from ._outbox import Cursor, Tail, cursor_path, kind_of, known_run_ids, outbox_stream, wanted
 from ._restamp import restamp
 from ._stamp import Stamp
 from ._worker import Worker, result
@@ -98,11 +98,6 @@ class _Tally:
         self.left = records
         self.counts: Counter[str] = Counter()
         self.attempts = Attempts()
-
-
-def _kind_of(row: IndexRow) -> Kind:
-    """A row's kind, as the stamp names it (a row without one is a training episode)."""
-    return "eval" if row.kind == "eval" else "train"
 
 
 def _pieces(data: bytes) -> list[Piece]:
@@ -753,12 +748,8 @@ class PrimeMonitor(Monitor):
     # -- the background: the outbox ------------------------------------------------------
 
     def _wanted(self, row: IndexRow) -> bool:
-        """Whether the outbox uploads the record of ``row``: a line not settled yet, of the
-        kind asked for."""
         assert self._cursor is not None
-        if row.line is None or self._cursor.settled_through(row.line) is not None:
-            return False
-        return self.outbox_kind is None or _kind_of(row) == self.outbox_kind
+        return wanted(row, self._cursor, self.outbox_kind)
 
     async def _read_outbox(self) -> None:
         """Outbox mode: take each row of the stream's index as it is written, until finalize
@@ -810,7 +801,7 @@ class PrimeMonitor(Monitor):
         assert row.line is not None
         if not self._wanted(row):
             return
-        number, kind = row.line, _kind_of(row)
+        number, kind = row.line, kind_of(row)
         self._ledger.submitted += 1
         if client.stopped:
             return  # pending: the disk keeps it

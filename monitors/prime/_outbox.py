@@ -29,6 +29,7 @@ from urllib.parse import quote, unquote
 import orjson
 
 from ..errors import UploadError
+from ..records import Kind
 from ..traces._layout import RUN_STREAM, IndexRow, decode_row, index_path
 
 __all__ = [
@@ -36,9 +37,11 @@ __all__ = [
     "Cursor",
     "Tail",
     "cursor_path",
+    "kind_of",
     "known_run_ids",
     "outbox_stream",
     "uploads_dir",
+    "wanted",
 ]
 
 CURSOR_VERSION = 1
@@ -206,6 +209,19 @@ class Cursor:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # closing the descriptor releases the lock
             self._lock_fd = -1
+
+
+def kind_of(row: IndexRow) -> Kind:
+    """A row's kind, as the stamp names it (a row without one is a training episode)."""
+    return "eval" if row.kind == "eval" else "train"
+
+
+def wanted(row: IndexRow, cursor: Cursor, kind: Kind | None) -> bool:
+    """Whether an upload sends ``row``'s record: a line not settled in ``cursor``, of
+    ``kind`` (None: any)."""
+    if row.line is None or cursor.settled_through(row.line) is not None:
+        return False
+    return kind is None or kind_of(row) == kind
 
 
 class Tail:
