@@ -425,7 +425,10 @@ async def test_an_outage_longer_than_the_memory_bound_loses_nothing_and_memory_s
         for i, record in enumerate(episodes):
             await all_three.log_episodes([record], step=i, subset="all")
             rss.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-        assert prime._held <= 4 << 20
+        # queue_bytes of closed batches at most, and the one being filled (2 MiB, and the
+        # ~1 MB line that closes it).
+        assert prime._held - prime._filling <= 4 << 20
+        assert prime._held <= (4 + 2 + 1) << 20
         server.start()
         with anyio.fail_after(60):  # all but the last step's batch, which finalize closes
             while prime.stats().delivered < 39:
@@ -437,6 +440,22 @@ async def test_an_outage_longer_than_the_memory_bound_loses_nothing_and_memory_s
     assert sorted(ours) == sorted(expected_lines(run))  # each once (the other run: "memory")
     # Peak RSS grew by far less than what was logged (40 MB, held as dicts by the test).
     assert (rss[-1] - rss[5]) * 1024 < 30 << 20, rss
+
+
+@pytest.mark.anyio
+async def test_a_step_larger_than_queue_bytes_still_goes(
+    server: TracesServer, tmp_path: Path
+) -> None:
+    """One step's lines pass queue_bytes while its batch is still open (it closes only at the
+    next step's first line): the reader must not wait for that batch's bytes, or nothing
+    would ever be sent."""
+    run = tmp_path / "run"
+    records = [{"id": f"e{i}", "text": "x" * 200_000, "traces": []} for i in range(10)]
+    await write_run(run, [(0, "train", record) for record in records])
+    async with outbox(server, run, queue_bytes=1 << 20, batch_bytes=30 << 20) as prime:
+        pass
+    assert (prime.stats().delivered, prime.stats().pending) == (10, 0)
+    ids_once(server, 10)
 
 
 @pytest.mark.anyio

@@ -186,7 +186,8 @@ class PrimeMonitor(Monitor):
     :param queue_records: most episodes waiting to be encoded.
     :param queue_bytes: most bytes of encoded lines held, waiting for a batch, in one or
         uploading; an episode whose line would pass it is dropped as ``queue_full`` (its
-        encoding stops there).
+        encoding stops there). In outbox mode, the most bytes of closed batches held, the
+        reader waiting (never dropping) for room; the batch being filled is on top.
     :param batch_bytes: a batch closes before the line that would take it past this many
         bytes uncompressed (or past 1,000,000 lines); at most 31 MiB, so that every request
         fits the service's 32 MiB cap.
@@ -257,6 +258,7 @@ class PrimeMonitor(Monitor):
         #: Outbox mode: bytes of the stream's lines answered for good in this process.
         self.settled_bytes = 0
         self._raw: dict[int, int] = {}  # a line's bytes in the stream, by its number, in flight
+        self._filling = 0  # outbox mode: bytes of the batch being filled, not closed yet
         # The key is wrapped at once, so no repr, traceback local or log shows it.
         self._api_key = None if api_key is None else Secret(api_key)
         self.stamp_run = stamp_run
@@ -817,7 +819,9 @@ class PrimeMonitor(Monitor):
             log.warning("Prime monitor: %s refused: over %d bytes", what, config.line_bytes)
             await self._settle_alone(number, "too_large", length)
             return
-        while self._held and self._held + length > self.queue_bytes:
+        # Only closed batches count here: the open one closes when its next line comes, so
+        # waiting for its bytes would wait for ever (it is at most batch_bytes more).
+        while (busy := self._held - self._filling) > 0 and busy + length > self.queue_bytes:
             self._released = released = anyio.Event()
             await released.wait()
         self._held += length
@@ -927,6 +931,7 @@ class PrimeMonitor(Monitor):
                 self._release(length)
                 if builder is not None:
                     self._lose(client.stopped_as, builder.records)
+                    self._filling = 0
                     self._release(builder.size)
                     builder = None
                     slots.release()
@@ -954,6 +959,9 @@ class PrimeMonitor(Monitor):
                     line_format=line_format,
                 )
             await builder.add(chunks, length, step=step, line=number)
+            if outbox:
+                self._filling = builder.size
+                self._released.set()  # the outbox reader's wait counts the open batch apart
         if builder is not None:
             await self._ship(builder, uploads)
 
@@ -1008,6 +1016,7 @@ class PrimeMonitor(Monitor):
     async def _ship(self, builder: BatchBuilder, uploads: TaskGroup) -> None:
         """Close the batch and start its upload, which awaits the framing (queued in the
         worker) while the loop goes on with the next batch."""
+        self._filling = 0
         config = self.config
         assert config is not None
         # The service takes only strings here (prime-traces types it Dict[str, str]); "source"
