@@ -246,14 +246,16 @@ async def test_batches_are_the_streams_consecutive_lines_of_one_step_and_kind(
     await write_run(run, episodes)
     async with outbox(server, run, batch_bytes=1 << 20):
         pass
-    contexts = server.requests()
     assert sorted(server.lines()) == sorted(expected_lines(run))  # batches land in any order
-    # Grouping the stream by (step, kind) runs gives exactly the batches sent, in order.
+    # Grouping the stream into runs of one (step, kind) gives exactly the batches sent.
     groups: list[tuple[int, str]] = []
     for step, kind, _ in episodes:
         if not groups or groups[-1] != (step, kind):
             groups.append((step, kind))
-    assert server.stats()["uploads"] == len(groups), (groups, contexts)
+    contexts = [r["metadata"]["context"] for r in server.requests() if r["metadata"]]
+    sent = sorted((c["first_step"], c["step"], c["run_type"]) for c in contexts)
+    assert sent == sorted((str(step), str(step), kind) for step, kind in groups)
+    assert server.stats()["uploads"] == len(groups)
 
 
 @pytest.mark.anyio
