@@ -667,15 +667,7 @@ async def _check_request(verdict: _Verdict, row: IndexRow, run_id: str, worker: 
         line_format=verdict.line_format,
     )
     await builder.add(scan.pieces, scan.length, step=row.step, line=row.line)
-    context = {
-        "source": "nodewise",
-        "run_type": kind,
-        "run_id": run_id,
-        "step": str(row.step),
-        "first_step": str(row.step),
-        "subset": "all",
-    }
-    batch = await result(await builder.close(context))
+    batch = await result(await builder.close(builder.context(run_id)))
     if batch.body.size > MAX_REQUEST_BYTES:
         return _Verdict(
             "too_large",

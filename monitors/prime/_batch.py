@@ -122,6 +122,17 @@ class BatchBuilder:
         self._seam = b""  # the last len(boundary) - 1 compressed bytes
         self._clash = False  # the boundary occurs in the compressed bytes (never, in practice)
 
+    def context(self, run_id: str) -> dict[str, str]:
+        """The batch's metadata context. The service takes only strings here (prime-traces
+        types it ``Dict[str, str]``); ``source`` and ``run_type`` as prime-runs sends them.
+        A batch of rows without a step (prime-rl's, a rebuilt one) names none."""
+        context = {"source": "nodewise", "run_type": self.kind, "run_id": run_id}
+        if self.last_step is not None:
+            context["step"] = str(self.last_step)
+            context["first_step"] = str(self.first_step)
+        context["subset"] = self.subset
+        return context
+
     def fits(self, length: int, *, batch_bytes: int, batch_lines: int) -> bool:
         """Whether a line of ``length`` bytes may join (an empty batch takes any line)."""
         if self.records == 0:

@@ -1019,18 +1019,7 @@ class PrimeMonitor(Monitor):
         self._filling = 0
         config = self.config
         assert config is not None
-        # The service takes only strings here (prime-traces types it Dict[str, str]); "source"
-        # and "run_type" as prime-runs sends them.
-        context = {
-            "source": "nodewise",
-            "run_type": builder.kind,
-            "run_id": config.run_id,
-            "step": str(builder.last_step),
-            "first_step": str(builder.first_step),
-            "subset": builder.subset,
-        }
-        if builder.last_step is None:  # an outbox's row without one (prime-rl's, a rebuilt one)
-            del context["step"], context["first_step"]
+        context = builder.context(config.run_id)
         closing = await builder.close(context)
         uploads.start_soon(self._upload, builder, closing, context)
 
