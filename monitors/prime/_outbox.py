@@ -30,6 +30,7 @@ import orjson
 
 from ..errors import UploadError
 from ..records import Kind
+from ..traces._index import Growing
 from ..traces._layout import RUN_STREAM, IndexRow, decode_row, index_path
 
 __all__ = [
@@ -235,32 +236,15 @@ class Tail:
 
     def __init__(self, stream: Path) -> None:
         self.index = index_path(stream)
-        self.offset = 0  # bytes of the index taken
         self.next_line = 1
         self.skipped: list[tuple[int, int]] = []
-        self._inode: int | None = None
+        self._growing = Growing(self.index, block=_BLOCK)
 
     def read(self) -> list[IndexRow]:
         """The rows appended since the last call (none when nothing new is complete)."""
-        try:
-            f = open(self.index, "rb")  # noqa: SIM115 (closed by the with below)
-        except FileNotFoundError:
-            return []
-        with f:
-            status = os.fstat(f.fileno())
-            if status.st_ino != self._inode or status.st_size < self.offset:
-                self._inode, self.offset = status.st_ino, 0  # replaced or cut: read again
-            f.seek(self.offset)
-            data = f.read(_BLOCK)
-        end = data.rfind(b"\n") + 1
-        if end == 0 and len(data) == _BLOCK:  # one row over a block: read it whole
-            with open(self.index, "rb") as f:
-                f.seek(self.offset)
-                line = f.readline()
-            end = len(line) if line.endswith(b"\n") else 0
-            data = line
+        _, lines = self._growing.read()
         rows = []
-        for raw in data[:end].splitlines():
+        for raw in lines:
             try:
                 row = decode_row(raw)
             except ValueError:
@@ -271,7 +255,6 @@ class Tail:
                 self.skipped.append((self.next_line, row.line - 1))
             self.next_line = row.line + 1
             rows.append(row)
-        self.offset += end
         return rows
 
     def rows(self) -> Iterator[IndexRow]:

@@ -20,9 +20,53 @@ import orjson
 
 from ._layout import IndexRow, decode_row
 
-__all__ = ["count_rows", "find_id", "first_at_least", "iter_rows", "last_row", "rows_of_chunk"]
+__all__ = [
+    "Growing",
+    "count_rows",
+    "find_id",
+    "first_at_least",
+    "iter_rows",
+    "last_row",
+    "rows_of_chunk",
+]
 
 _BLOCK = 1 << 20
+
+
+class Growing:
+    """A JSON-lines file (an index, ``metrics.jsonl``) read as it grows, ``block`` bytes at
+    most a read: a line is taken once its newline is written. A file replaced or cut
+    meanwhile (a writer's recovery rewrites an index) is read again from its start."""
+
+    def __init__(self, path: Path, *, block: int = _BLOCK) -> None:
+        self.path = path
+        self.block = block
+        self.offset = 0  # bytes taken
+        self._inode: int | None = None
+
+    def read(self) -> tuple[bool, list[bytes]]:
+        """(whether the file was read again from its start, the whole lines added since the
+        last read: none when nothing new is complete)."""
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 (closed by the with below)
+        except FileNotFoundError:
+            return False, []
+        with f:
+            status = os.fstat(f.fileno())
+            restarted = self._inode is not None and (
+                status.st_ino != self._inode or status.st_size < self.offset
+            )
+            if restarted or self._inode is None:
+                self._inode, self.offset = status.st_ino, 0
+            f.seek(self.offset)
+            data = f.read(self.block)
+            end = data.rfind(b"\n") + 1
+            if end == 0 and len(data) == self.block:  # one line over a block: read it whole
+                f.seek(self.offset)
+                data = f.readline()
+                end = len(data) if data.endswith(b"\n") else 0
+        self.offset += end
+        return restarted, data[:end].splitlines()
 
 
 def count_rows(path: Path) -> int:
