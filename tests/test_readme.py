@@ -193,6 +193,8 @@ def test_the_wheel_holds_only_the_product(tmp_path: Path) -> None:
     assert packages == {"encoder", "monitors"}, sorted(names)
     assert "monitors/py.typed" in names
     assert "encoder/py.typed" in names
+    web = ROOT / "monitors/traces/_browser/web"  # the trace browser's page, served as it is
+    assert {f"monitors/traces/_browser/web/{p.name}" for p in web.iterdir()} <= set(names)
     assert not [n for n in names if "bench" in n or "witness" in n or "baseline" in n], names
     scripts = (
         zipfile.ZipFile(wheel)

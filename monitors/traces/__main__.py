@@ -12,6 +12,7 @@ argparse's, status 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import itertools
 import operator
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import anyio
 import ijson
 import orjson
 
@@ -833,12 +835,28 @@ def parser(*, prog: str = PROG) -> argparse.ArgumentParser:
         "ls": "list the index's rows as a table: a line per record (only the index is read)",
         "upload": "send the records to the Prime Traces API until each is answered "
         "(resumable), or check them without sending (--dry-run)",
+        "serve": "browse runs in a web page: episodes, metrics, one node at a time "
+        "(read-only; 127.0.0.1 unless --host)",
     }
     for name, what in helps.items():
         command = commands.add_parser(name, help=what, description=what[0].upper() + what[1:])
         command.add_argument(
-            "directory", type=Path, metavar="DIR", help="a run's directory or a stream's"
+            "directory",
+            type=Path,
+            metavar="DIR",
+            nargs="+" if name == "serve" else None,
+            help="a run's directory or a stream's" + (" (one or more)" if name == "serve" else ""),
         )
+        if name == "serve":
+            command.add_argument(
+                "--port", type=int, default=7788, help="the port (default 7788; 0: any free one)"
+            )
+            command.add_argument(
+                "--host",
+                default="127.0.0.1",
+                help="the address to bind (default 127.0.0.1); any other needs the token "
+                "printed at start on every request",
+            )
         if name == "get":
             command.add_argument("id", metavar="ID", help='the record\'s "id" (a string)')
         if name == "cat":
@@ -934,8 +952,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     :param prog: The name the user typed, for help and errors (``nodewise traces``).
     """
     args = parser(prog=prog).parse_args(_sort_joined(sys.argv[1:] if argv is None else argv))
-    given: Path = args.directory
     where = f"{prog} {args.command}"
+    if args.command == "serve":
+        return _serve(args.directory, host=args.host, port=args.port, where=where)
+    given: Path = args.directory
     try:
         problem = _stream_problem(given)
         if problem is not None:
@@ -976,6 +996,24 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         print(f"\n{where}: interrupted", file=sys.stderr)
         return 130
     return 1
+
+
+def _serve(paths: list[Path], *, host: str, port: int, where: str) -> int:
+    from ._browser import serve
+
+    for path in paths:
+        problem = _stream_problem(path)
+        if problem is not None and not (path / RUN_STREAM.parent.parent).is_dir():
+            print(f"{where}: {problem}", file=sys.stderr)
+            return 1
+    try:
+        anyio.run(functools.partial(serve, paths, host=host, port=port))
+    except OSError as exc:
+        print(f"{where}: cannot serve on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 if __name__ == "__main__":

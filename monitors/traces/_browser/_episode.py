@@ -1,0 +1,398 @@
+"""One episode served lazily: its outline (the byte span of every trace and node, found once
+by ``_outline`` and kept), then one node at a time, read from the chunk by its span alone.
+
+A 60 MB record is read whole only to outline it (in a worker thread; a sealed chunk's frames
+it spans decompressed); the outline's summary is encoded once and kept. A node is read back
+as its own bytes (a sealed chunk decompresses only the frames they span) and parsed field by
+field, so no parse of a whole record or of a huge string holds the loop (docs/design.md D19).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO, Final, TypeVar
+
+import anyio
+import orjson
+
+from ...errors import TraceFormatError
+from .._outline import NodeOutline, Outline, OutlineScan, Span, count_items, outline
+from .._reader import after_newline, chunk_name
+from .._sealed import DamagedFrame, SealedChunk
+from ._runs import OutsideRun, Run, inside
+from ._table import Clock, Where
+
+__all__ = ["Episodes", "NotFound"]
+
+#: A field's JSON is parsed and shown when at most this long, else ``{"$bytes": N}``.
+SMALL: Final = 64 << 10
+#: A node's ``content`` (or ``reasoning_content``) is cut to this many bytes of JSON.
+TEXT_BYTES: Final = 1 << 20
+#: Characters of a node's content shown in the outline.
+PREVIEW: Final = 200
+#: The transcript for a diff holds at most this many bytes of text.
+TRANSCRIPT_BYTES: Final = 2 << 20
+#: Outlines kept (each: the spans of a record's nodes and its summary, ~1-4 MB for 60 MB).
+KEPT: Final = 8
+_TOKENS: Final = ("token_ids", "logprobs", "advantages", "mask", "is_content")
+_TEXTS: Final = ("content", "reasoning_content")
+
+
+T = TypeVar("T")
+
+
+class NotFound(LookupError):
+    """The run has no such line, trace or node."""
+
+
+class _Outlined:
+    """A record's outline and the summary served for it (encoded once)."""
+
+    def __init__(self, where: Where, length: int, outline: Outline, summary: bytes) -> None:
+        self.where = where
+        self.length = length
+        self.outline = outline
+        self.summary = summary
+
+
+def _open(run: Run, chunk: int) -> BinaryIO | SealedChunk:
+    """Chunk ``chunk`` of ``run`` (plain before sealed), only from inside the run."""
+    from .._layout import chunk_path, sealed_path
+
+    plain = chunk_path(run.stream, chunk)
+    try:
+        return open(inside(plain, run.root), "rb")
+    except FileNotFoundError:
+        return SealedChunk(inside(sealed_path(run.stream, chunk), run.root))
+
+
+def _read(run: Run, where: Where, start: int, end: int | None) -> bytes:
+    """Bytes ``start`` to ``end`` of the record ``where`` points at (``end`` None: the whole
+    line, its newline dropped). Blocking."""
+    with _open(run, where.chunk) as f:
+        if end is None:
+            length = where.length
+            if length is None:  # a row prime-rl wrote: the line at its offset
+                length = after_newline(f, where.offset) - where.offset
+            end = length - 1
+        f.seek(where.offset + start)
+        want = end - start
+        data = f.read(want)
+        while len(data) < want and (more := f.read(want - len(data))):
+            data += more
+    if len(data) != want:
+        raise ValueError("the index points past the data")
+    return data
+
+
+async def _fields(data: memoryview) -> dict[str, Span]:
+    """The spans of an object's keys (relative to ``data``), scanned in steps."""
+    scan = OutlineScan(data)
+    while (found := scan.step()) is None:
+        await anyio.sleep(0)
+    return found.fields
+
+
+def _small(data: memoryview, span: Span) -> Any:
+    """A field's value when its JSON is small, else ``{"$bytes": N}``."""
+    start, end = span
+    if end - start > SMALL:
+        return {"$bytes": end - start}
+    return orjson.loads(data[start:end])
+
+
+def _string_prefix(raw: memoryview, limit: int) -> str:
+    """The start of a JSON string (``raw`` is its JSON, quotes included), about ``limit``
+    bytes of it, cut where no escape or UTF-8 sequence is split."""
+    cut = bytes(raw[: max(2, limit)])
+    for back in range(12):
+        piece = cut[: len(cut) - back] if back else cut
+        try:
+            value = orjson.loads(piece + b'"')
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def _parse_message(
+    view: memoryview, fields: Mapping[str, Span], *, limit: int
+) -> tuple[dict[str, Any], bool]:
+    """A large message from the spans of its keys: texts over ``limit`` bytes cut, other
+    fields shown when small. Returns (message, whether a text was cut)."""
+    message: dict[str, Any] = {}
+    cut = False
+    for key, (a, b) in fields.items():
+        if key in _TEXTS and view[a] == 0x22 and b - a > limit:
+            message[key], cut = _string_prefix(view[a:b], limit), True
+        elif key in _TEXTS and b - a <= TEXT_BYTES:
+            message[key] = orjson.loads(view[a:b])
+        else:
+            message[key] = _small(view, (a, b))
+    return message, cut
+
+
+async def _message(data: memoryview, span: Span, *, limit: int) -> tuple[dict[str, Any], bool]:
+    """A node's ``message``; when its JSON is over ``SMALL``, its texts are cut to about
+    ``limit`` bytes. Returns (message, whether a text was cut). On the loop, in steps."""
+    start, end = span
+    view = data[start:end]
+    if end - start <= SMALL:
+        value = orjson.loads(view)
+        return (value if isinstance(value, dict) else {"$value": value}), False
+    return _parse_message(view, await _fields(view), limit=limit)
+
+
+def _message_now(data: memoryview, span: Span, *, limit: int) -> tuple[dict[str, Any], bool]:
+    """``_message`` at once, for a worker thread."""
+    start, end = span
+    view = data[start:end]
+    if end - start <= SMALL:
+        value = orjson.loads(view)
+        return (value if isinstance(value, dict) else {"$value": value}), False
+    return _parse_message(view, outline(view).fields, limit=limit)
+
+
+def _node_answer(run: Run, where: Where, found: NodeOutline) -> bytes:
+    """The JSON answer for one node, read by its span: its message (texts cut to
+    ``TEXT_BYTES``), its other small fields, and its per-token arrays as stored (each
+    checked to parse). Blocking and CPU-bound: run in a worker thread, where each C call
+    (a read, a parse) is short and the loop takes the GIL between them."""
+    start, end = found.span
+    data = memoryview(_read(run, where, start, end))
+    message: Any = None
+    cut = False
+    fields: dict[str, Any] = {}
+    tokens: list[bytes] = []
+    count = 0
+    for key, (a, b) in found.fields.items():
+        a, b = a - start, b - start
+        if key == "message":
+            message, cut = _message_now(data, (a, b), limit=TEXT_BYTES)
+        elif key in _TOKENS:
+            raw = data[a:b]
+            value = orjson.loads(raw)  # bytes the outline only skipped over: checked here
+            if key == "token_ids" and isinstance(value, list):
+                count = len(value)
+            tokens.append(orjson.dumps(key) + b":" + bytes(raw))
+        else:
+            fields[key] = _small(data, (a, b))
+    missing = [orjson.dumps(key) + b":null" for key in _TOKENS if key not in found.fields]
+    return b"".join(
+        [
+            b'{"message":',
+            orjson.dumps(message),
+            b',"truncated":',
+            b"true" if cut else b"false",
+            b',"fields":',
+            orjson.dumps(fields),
+            b',"tokens":{"count":%d,' % count,
+            b",".join(tokens + missing),
+            b"}}",
+        ]
+    )
+
+
+def _text_of(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: their text
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+async def _in_thread(read: Callable[..., T], run: Run, where: Where, *args: Any, what: str) -> T:
+    """``read(run, where, *args)`` in a worker thread, what can go wrong reading a record
+    translated to ``TraceFormatError`` naming the episode and its chunk."""
+    try:
+        return await anyio.to_thread.run_sync(read, run, where, *args)
+    except (FileNotFoundError, OutsideRun) as exc:
+        chunk = chunk_name(run.stream, where.chunk)
+        raise TraceFormatError(
+            f"{what}: its chunk is missing or outside the run ({exc})", chunk=chunk
+        ) from exc
+    except (ValueError, DamagedFrame) as exc:  # orjson's JSONDecodeError is a ValueError
+        raise TraceFormatError(
+            f"{what} is not where its row says, or not JSON ({exc})",
+            chunk=chunk_name(run.stream, where.chunk),
+            offset=where.offset,
+        ) from exc
+
+
+class Episodes:
+    """The outlines of a browser's episodes, each built once and kept (``KEPT`` of them),
+    one at a time (a 60 MB record is held only while it is outlined)."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple[str, int, int, int], _Outlined] = OrderedDict()
+        self._building: dict[tuple[str, int, int, int], anyio.Event] = {}
+        self._one = anyio.Semaphore(1)
+
+    async def outline(self, run: Run, line: int) -> tuple[_Outlined, float]:
+        """The episode's outline and the seconds spent building it (0 when kept)."""
+        where = run.table.locate(line)
+        if where is None:
+            raise NotFound(f"{run.name} has no episode at line {line}")
+        key = (run.name, line, where.chunk, where.offset)
+        while True:
+            kept = self._kept.get(key)
+            if kept is not None:
+                self._kept.move_to_end(key)
+                return kept, 0.0
+            building = self._building.get(key)
+            if building is None:
+                break
+            await building.wait()
+        done = self._building[key] = anyio.Event()
+        try:
+            started = time.perf_counter()
+            async with self._one:
+                built = await self._build(run, where)
+            self._kept[key] = built
+            while len(self._kept) > KEPT:
+                self._kept.popitem(last=False)
+            return built, time.perf_counter() - started
+        finally:
+            del self._building[key]
+            done.set()
+
+    async def _build(self, run: Run, where: Where) -> _Outlined:
+        what = f"episode at line {where.line}"
+        chunk = chunk_name(run.stream, where.chunk)
+        line = await _in_thread(_read, run, where, 0, None, what=what)
+        data = memoryview(line)
+        scan = OutlineScan(line)
+        try:
+            while (outline := scan.step()) is None:
+                await anyio.sleep(0)
+        except ValueError as exc:
+            raise TraceFormatError(
+                f"{what} is not a JSON record ({exc})", chunk=chunk, offset=where.offset
+            ) from exc
+        summary = await _summary(data, outline)
+        body = orjson.dumps({"row": run.table.row(where.line), "bytes": len(line), **summary})
+        return _Outlined(where, len(line), outline, body)
+
+    async def node(self, run: Run, line: int, trace: int, node: int) -> bytes:
+        """Node ``node`` of trace ``trace`` as its JSON answer (``_node_answer``)."""
+        outlined, _ = await self.outline(run, line)
+        traces = outlined.outline.traces
+        if not 0 <= trace < len(traces) or not 0 <= node < len(traces[trace].nodes):
+            raise NotFound(f"episode {line} has no trace {trace} node {node}")
+        found = traces[trace].nodes[node]
+        what = f"episode at line {line}, trace {trace} node {node}"
+        return await _in_thread(_node_answer, run, outlined.where, found, what=what)
+
+    async def text(self, run: Run, line: int) -> dict[str, Any]:
+        """The episode as plain text (``[role]`` and content per node), for a diff."""
+        outlined, _ = await self.outline(run, line)
+        parts: list[str] = []
+        size = 0
+        truncated = False
+        for t, trace in enumerate(outlined.outline.traces):
+            for n, node in enumerate(trace.nodes):
+                span = node.fields.get("message")
+                if span is None:
+                    continue
+                if size >= TRANSCRIPT_BYTES:
+                    truncated = True
+                    break
+                a, b = span
+                raw = await _in_thread(
+                    _read, run, outlined.where, a, b, what=f"episode at line {line}"
+                )
+                message, cut = await _message(
+                    memoryview(raw), (0, b - a), limit=TRANSCRIPT_BYTES - size
+                )
+                role = message.get("role")
+                text = f"[{t}.{n} {role if isinstance(role, str) else '?'}]\n{_text_of(message)}\n"
+                if size + len(text) > TRANSCRIPT_BYTES:
+                    text, cut = text[: TRANSCRIPT_BYTES - size], True
+                parts.append(text)
+                size += len(text)
+                truncated = truncated or cut
+        return {"text": "".join(parts), "truncated": truncated}
+
+
+async def _summary(data: memoryview, outline: Outline) -> dict[str, Any]:
+    """What the page shows of an outlined record: its small top-level fields, and per trace
+    its small fields and a line per node."""
+    clock = Clock()
+    fields = {key: _small(data, span) for key, span in outline.fields.items() if key != "traces"}
+    traces = []
+    for t, trace in enumerate(outline.traces):
+        small = {key: _small(data, span) for key, span in trace.fields.items() if key != "nodes"}
+        agent = small.get("agent")
+        nodes = []
+        for n, node in enumerate(trace.nodes):
+            nodes.append(await _node_line(data, n, node.span, node.fields))
+            await clock.tick()
+        traces.append(
+            {
+                "index": t,
+                "id": small.get("id"),
+                "agent": agent.get("name") if isinstance(agent, dict) else None,
+                "fields": small,
+                "nodes": nodes,
+            }
+        )
+        await clock.tick()
+    return {"fields": fields, "traces": traces}
+
+
+async def _node_line(
+    data: memoryview, n: int, span: Span, fields: Mapping[str, Span]
+) -> dict[str, Any]:
+    """One node's line in the outline: its role, the start of its content, its counts."""
+    role: Any = None
+    preview = ""
+    chars: int | None = None
+    calls = 0
+    if "message" in fields:
+        span_of = fields["message"]
+        small = span_of[1] - span_of[0] <= SMALL  # else only the start of its text is read
+        message, cut = await _message(data, span_of, limit=TEXT_BYTES if small else 4 * PREVIEW)
+        role = message.get("role")
+        text = _text_of(message)
+        preview = text[:PREVIEW]
+        chars = None if cut else len(text)
+        tool_calls = message.get("tool_calls")
+        calls = len(tool_calls) if isinstance(tool_calls, list) else 0
+    token_span = fields.get("token_ids")
+    tokens: int | None = 0
+    if token_span is not None:
+        try:
+            tokens = count_items(data, token_span)
+        except ValueError:  # not an array of numbers: shown when the node is opened
+            tokens = None
+    sampled = _small(data, fields["sampled"]) if "sampled" in fields else None
+    # The nodes it follows: its semantic parents when it names some, else its one parent.
+    parents = _small(data, fields["semantic_parents"]) if "semantic_parents" in fields else None
+    if not parents and "parent" in fields:
+        parent = _small(data, fields["parent"])
+        parents = [parent] if type(parent) is int else parents
+    error = False
+    for key in ("error", "errors"):
+        if key in fields:
+            value = _small(data, fields[key])
+            error = error or bool(value)
+    return {
+        "index": n,
+        "role": role if isinstance(role, str) else None,
+        "preview": preview,
+        "chars": chars,
+        "tool_calls": calls,
+        "tokens": tokens,
+        "sampled": sampled if isinstance(sampled, bool) else None,
+        "parents": parents,
+        "error": error,
+        "bytes": span[1] - span[0],
+    }
