@@ -7,7 +7,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(TOOLS)/bin/uv)
 VENV := .venv
 RUN := $(VENV)/bin/python
 
-.PHONY: all demo test check lint typecheck pytest pytest-quick bench fuzz docs docs-check docs-data clean
+.PHONY: all demo test check lint typecheck pytest pytest-quick chromium bench fuzz docs docs-check docs-data screenshots clean
 
 all: test
 
@@ -40,11 +40,22 @@ lint: $(VENV)/.synced
 typecheck: $(VENV)/.synced
 	$(VENV)/bin/mypy
 
-pytest: $(VENV)/.synced
+pytest: $(VENV)/.synced chromium
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(RUN) -m pytest -p no:cacheprovider
 
-pytest-quick: $(VENV)/.synced
+pytest-quick: $(VENV)/.synced chromium
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $(RUN) -m pytest -p no:cacheprovider -m "not load"
+
+# The trace browser's tests drive a real headless Chromium (Debian's package): installed with
+# apt-get when missing (as root, else through sudo), from the package lists as they are, and
+# refreshed only when that fails.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  echo "make: installing Debian's chromium for the browser tests"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }; }
 
 bench: $(VENV)/.synced
 	$(RUN) -m bench
@@ -89,6 +100,10 @@ docs-data: $(VENV)/.synced
 	mv docs/data/loadtest.md.tmp docs/data/loadtest.md
 	$(RUN) -m bench.production --skip-full > docs/data/loadtest_big.md.tmp
 	mv docs/data/loadtest_big.md.tmp docs/data/loadtest_big.md
+
+# Redraws the trace browser's screenshots in docs/img/ (docs/browser.md) from its browser tests.
+screenshots: $(VENV)/.synced chromium
+	NODEWISE_SCREENSHOTS=docs/img $(RUN) -m pytest -p no:cacheprovider -q tests/test_browser_page.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .hypothesis fuzz/work site site-check
