@@ -66,6 +66,7 @@ bench: $(VENV)/.synced
 	$(RUN) -m bench.objects
 	$(RUN) -m bench.production
 	$(RUN) -m bench.adversarial
+	$(RUN) -m bench.browser
 
 # Each fuzz target for FUZZ_SECONDS (default 60), exploring with a new seed each time;
 # `make test` replays a fixed number of inputs per target from a fixed seed (tests/test_fuzz.py).
