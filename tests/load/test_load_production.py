@@ -14,8 +14,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from monitors.loadtest import LoadtestConfig, make_episodes
@@ -55,6 +59,7 @@ def test_trace_files_hold_every_record(monitor: str, out: Path) -> None:
     check_shipped(result.streams["run"], episodes)
     if monitor == "file":
         check_backfill(Path(result.streams["run"]), len(episodes))
+        check_browser(Path(result.streams["run"]), len(episodes))
 
 
 def check_backfill(run_dir: Path, episodes: int) -> None:
@@ -79,6 +84,53 @@ def check_backfill(run_dir: Path, episodes: int) -> None:
     assert stats["duplicate_ids"] == 0, stats
     assert stats["records_without_id"] == 0, stats
     assert "nothing to upload" in done.stdout + done.stderr, (done.stdout, done.stderr)
+
+
+def check_browser(run_dir: Path, episodes: int) -> None:
+    """``nodewise traces serve`` on the finished run: the list sorted by reward, the largest
+    episode's outline (first and kept) and a node of it, within bounds 10 times the
+    targets (``make bench`` reports against the targets), and the server's peak RSS."""
+    command = [sys.executable, "-m", "monitors.traces", "serve", str(run_dir), "--port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as server:
+        try:
+            assert server.stdout is not None
+            base = server.stdout.readline().split()[1]
+
+            def get(path: str, bound: float) -> Any:
+                started = time.perf_counter()
+                with urllib.request.urlopen(base + path, timeout=60) as answer:
+                    value = orjson.loads(answer.read())
+                seconds = time.perf_counter() - started
+                print(f"browser: {path}: {seconds * 1000:.0f} ms")
+                assert seconds <= bound, (path, seconds)
+                return value
+
+            while get("api/runs", 5)["runs"][0]["episodes"] < episodes:
+                time.sleep(0.1)
+            name = get("api/runs", 5)["runs"][0]["name"]
+            page = get(f"api/runs/{name}/episodes?sort=-reward&limit=100", 3)
+            assert page["matched"] == page["total"] == episodes
+            rewards = [r["reward"] for r in page["rows"] if r["reward"] is not None]
+            assert rewards == sorted(rewards, reverse=True)
+            largest = get(f"api/runs/{name}/episodes?sort=-bytes&limit=1", 3)["rows"][0]
+            assert largest["bytes"] > 55e6
+            outline = get(f"api/runs/{name}/episodes/{largest['line']}", 10)
+            assert get(f"api/runs/{name}/episodes/{largest['line']}", 0.5)["ms"] == 0
+            trace = max(outline["traces"], key=lambda t: len(t["nodes"]))
+            biggest = max(trace["nodes"], key=lambda n: n["bytes"])
+            node = get(
+                f"api/runs/{name}/episodes/{largest['line']}/traces/{trace['index']}"
+                f"/nodes/{biggest['index']}",
+                1,
+            )
+            assert node["tokens"]["count"] == biggest["tokens"] > 0
+            status = Path(f"/proc/{server.pid}/status").read_text()
+            peak = int(status.split("VmHWM:")[1].split()[0]) / 1024
+            print(f"browser: server peak RSS {peak:.0f} MiB")
+            assert peak <= 1500, peak
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def test_prime_server_counts_every_record(out: Path) -> None:
