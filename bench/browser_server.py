@@ -40,7 +40,7 @@ from typing import Any
 from aiohttp import web
 
 from monitors.lag import LoopLagProbe
-from monitors.traces._browser import make_app
+from monitors.traces._browser import make_app, quiet_collector
 
 from .stalls import StallSampler
 
@@ -134,7 +134,9 @@ async def serve(
         app = build_app(runs)
         app.middlewares.append(requests.middleware)
         runner = web.AppRunner(app, access_log=None)
+        quiet_collector()  # as `nodewise traces serve` does around its start
         await runner.setup()
+        quiet_collector()
         site = web.TCPSite(runner, host, 0)
         await site.start()
         port = runner.addresses[0][1]

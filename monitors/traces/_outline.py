@@ -26,6 +26,7 @@ scan does check raises ``ValueError`` naming the byte offset.
 
 from __future__ import annotations
 
+import mmap
 import re
 from dataclasses import dataclass
 from typing import Final, TypeAlias
@@ -48,7 +49,7 @@ __all__ = [
 #: ``[start, end)`` byte offsets into the line of one JSON value.
 Span: TypeAlias = tuple[int, int]
 #: What a line may be given as.
-_Line: TypeAlias = bytes | bytearray | memoryview
+_Line: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 
 #: A step's default budget: well under a millisecond of scanning.
 STEP_BYTES: Final = 1 << 17
@@ -135,8 +136,9 @@ class OutlineScan:
     """Outline one record's line, a bounded step at a time.
 
     Call ``step`` until it returns the ``Outline``. The line may end in whitespace (its
-    newline); it must not change while the scan runs. A ``memoryview`` over part of a buffer
-    is copied once (spans are offsets into the view either way).
+    newline); it must not change while the scan runs. It may be an anonymous ``mmap`` (the
+    browser reads a large record into one). A ``memoryview`` over part of a buffer is copied
+    once (spans are offsets into the view either way).
 
     :raises ValueError: From ``step``: the line is not one JSON object, or is malformed at a
         level the scan walks (the message names the byte offset). Raised again by later calls.
@@ -415,7 +417,7 @@ class OutlineScan:
         return tokens
 
 
-def _escaped(line: bytes | bytearray, at: int) -> bool:
+def _escaped(line: bytes | bytearray | mmap.mmap, at: int) -> bool:
     """Whether the quote at ``at`` is escaped: an odd run of backslashes before it, measured
     with ``rstrip`` over windows that double (a string's opening quote ends any run)."""
     stop, size = at, 64
@@ -427,14 +429,14 @@ def _escaped(line: bytes | bytearray, at: int) -> bool:
         stop, size = start, size * 2
 
 
-def _buffer(line: _Line) -> bytes | bytearray:
+def _buffer(line: _Line) -> bytes | bytearray | mmap.mmap:
     """``line`` as something ``find`` and ``re`` work on, with the same offsets: itself, the
     bytes a whole view is of, or else a copy."""
     whole = _whole(line)
     return whole if whole is not None else bytes(line)
 
 
-def _whole(line: _Line) -> bytes | bytearray | None:
+def _whole(line: _Line) -> bytes | bytearray | mmap.mmap | None:
     """``line`` as bytes or bytearray with the same offsets, without a copy; None for a view
     of part of a buffer (or of anything but bytes)."""
     if not isinstance(line, memoryview):
@@ -485,10 +487,10 @@ def count_items(line: _Line, span: Span) -> int:
     start, end = span
     data = _whole(line)
     base = 0
-    if data is None:  # a view of part of a buffer: copy the span only
-        if not 0 <= start < end <= len(line):
+    if data is None or isinstance(data, mmap.mmap):  # a part of a buffer, or a mapping
+        if not 0 <= start < end <= len(line):  # (which has no count): copy the span only
             raise _bad(start, f"no array at {span}")
-        data, base = line[start:end].tobytes(), start  # type: ignore[union-attr]
+        data, base = bytes(line[start:end]), start
     lo, hi = start - base, end - base
     if not (0 <= lo < hi <= len(data) and data[lo] == _OPEN_ARRAY and data[hi - 1] == _CLOSE_ARRAY):
         raise _bad(start, f"no array at {span}")

@@ -9,16 +9,19 @@ field, so no parse of a whole record or of a huge string holds the loop (docs/de
 
 from __future__ import annotations
 
+import io
+import mmap
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any, BinaryIO, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 import orjson
 
 from ...errors import TraceFormatError
-from .._outline import NodeOutline, Outline, OutlineScan, Span, count_items, outline
+from .._outline import NodeOutline, Outline, OutlineScan, Span, count_items
 from .._reader import after_newline, chunk_name
 from .._sealed import DamagedFrame, SealedChunk
 from ._runs import OutsideRun, Run, inside
@@ -34,6 +37,8 @@ TEXT_BYTES: Final = 1 << 20
 PREVIEW: Final = 200
 #: The transcript for a diff holds at most this many bytes of text.
 TRANSCRIPT_BYTES: Final = 2 << 20
+#: A record is read this many bytes at a time.
+_PIECE: Final = 2 << 20
 #: Outlines kept (each: the spans of a record's nodes and its summary, ~1-4 MB for 60 MB).
 KEPT: Final = 8
 _TOKENS: Final = ("token_ids", "logprobs", "advantages", "mask", "is_content")
@@ -47,17 +52,66 @@ class NotFound(LookupError):
     """The run has no such line, trace or node."""
 
 
-class _Outlined:
-    """A record's outline and the summary served for it (encoded once)."""
+class _Nodes:
+    """The spans of a record's nodes and of their fields, kept in a few arrays rather than
+    an object per node and field: the outlines kept cost the cyclic collector nothing to
+    walk (docs/design.md D19)."""
 
-    def __init__(self, where: Where, length: int, outline: Outline, summary: bytes) -> None:
+    def __init__(self) -> None:
+        self.traces = array("q", [0])  # trace t's nodes are nodes[traces[t]:traces[t + 1]]
+        self.nodes = array("q")  # per node: start, end, its first field's index
+        self.fields = array("q")  # per field: key number, start, end
+        self.keys: tuple[str, ...] = ()
+
+    @classmethod
+    async def pack(cls, outline: Outline) -> _Nodes:
+        """The spans of ``outline``'s nodes, packed a step at a time."""
+        packed = cls()
+        keys: dict[str, int] = {}
+        nodes, fields = packed.nodes, packed.fields
+        clock = Clock()
+        for trace in outline.traces:
+            for node in trace.nodes:
+                nodes.extend((*node.span, len(fields) // 3))
+                for key, span in node.fields.items():
+                    fields.extend((keys.setdefault(key, len(keys)), *span))
+                await clock.tick()
+            packed.traces.append(len(nodes) // 3)
+        nodes.extend((0, 0, len(fields) // 3))  # where the last node's fields end
+        packed.keys = tuple(keys)
+        return packed
+
+    def __len__(self) -> int:
+        return len(self.traces) - 1
+
+    def count(self, trace: int) -> int:
+        """How many nodes trace ``trace`` holds."""
+        return self.traces[trace + 1] - self.traces[trace]
+
+    def node(self, trace: int, node: int) -> NodeOutline:
+        at = 3 * (self.traces[trace] + node)
+        start, end, first = self.nodes[at : at + 3]
+        fields = self.fields[3 * first : 3 * self.nodes[at + 5]]
+        return NodeOutline(
+            (start, end),
+            {
+                self.keys[fields[i]]: (fields[i + 1], fields[i + 2])
+                for i in range(0, len(fields), 3)
+            },
+        )
+
+
+class _Outlined:
+    """A record's node spans and the summary served for it (encoded once)."""
+
+    def __init__(self, where: Where, length: int, nodes: _Nodes, summary: bytes) -> None:
         self.where = where
         self.length = length
-        self.outline = outline
+        self.nodes = nodes
         self.summary = summary
 
 
-def _open(run: Run, chunk: int) -> BinaryIO | SealedChunk:
+def _open(run: Run, chunk: int) -> io.BufferedReader | SealedChunk:
     """Chunk ``chunk`` of ``run`` (plain before sealed), only from inside the run."""
     from .._layout import chunk_path, sealed_path
 
@@ -68,15 +122,9 @@ def _open(run: Run, chunk: int) -> BinaryIO | SealedChunk:
         return SealedChunk(inside(sealed_path(run.stream, chunk), run.root))
 
 
-def _read(run: Run, where: Where, start: int, end: int | None) -> bytes:
-    """Bytes ``start`` to ``end`` of the record ``where`` points at (``end`` None: the whole
-    line, its newline dropped). Blocking."""
+def _read(run: Run, where: Where, start: int, end: int) -> bytes:
+    """Bytes ``start`` to ``end`` of the record ``where`` points at. Blocking."""
     with _open(run, where.chunk) as f:
-        if end is None:
-            length = where.length
-            if length is None:  # a row prime-rl wrote: the line at its offset
-                length = after_newline(f, where.offset) - where.offset
-            end = length - 1
         f.seek(where.offset + start)
         want = end - start
         data = f.read(want)
@@ -85,6 +133,58 @@ def _read(run: Run, where: Where, start: int, end: int | None) -> bytes:
     if len(data) != want:
         raise ValueError("the index points past the data")
     return data
+
+
+def _read_line(run: Run, where: Where) -> mmap.mmap:
+    """The record's whole line (its newline dropped), in an anonymous mapping, a piece at a
+    time. Blocking.
+
+    Not one ``bytes``: allocating 60 MB and touching its pages in one C call holds the GIL
+    for 15-25 ms, and freeing it 4-9 ms. A mapping's pages are touched a piece at a time (a
+    plain chunk's by the kernel, in ``readinto``, with the GIL released), and it is unmapped
+    with the GIL released (``_release``)."""
+    with _open(run, where.chunk) as f:
+        length = where.length
+        if length is None:  # a row prime-rl wrote: the line at its offset
+            length = after_newline(f, where.offset) - where.offset
+        want = length - 1
+        if want <= 0:
+            raise ValueError("the index points at an empty line")
+        line = mmap.mmap(-1, want)
+        try:
+            f.seek(where.offset)
+            got = 0
+            with memoryview(line) as view:
+                while got < want:
+                    piece = view[got : min(want, got + _PIECE)]
+                    if isinstance(f, SealedChunk):
+                        data = f.read(len(piece))
+                        piece[: len(data)] = data
+                        n = len(data)
+                    else:
+                        n = f.readinto(piece)
+                    piece.release()
+                    if not n:
+                        break
+                    got += n
+            if got != want:
+                raise ValueError("the index points past the data")
+        except BaseException:
+            line.close()
+            raise
+    return line
+
+
+def _close(line: mmap.mmap) -> None:
+    """Unmap a record's mapping: 5-15 ms for 60 MB of touched pages on these machines, with
+    the GIL released (so: in a worker thread, where the loop runs on meanwhile)."""
+    line.close()
+
+
+async def _release(line: mmap.mmap) -> None:
+    """Let go of a record's mapping off the loop, even when the request is cancelled."""
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(_close, line)
 
 
 async def _fields(data: memoryview) -> dict[str, Span]:
@@ -146,23 +246,17 @@ async def _message(data: memoryview, span: Span, *, limit: int) -> tuple[dict[st
     return _parse_message(view, await _fields(view), limit=limit)
 
 
-def _message_now(data: memoryview, span: Span, *, limit: int) -> tuple[dict[str, Any], bool]:
-    """``_message`` at once, for a worker thread."""
-    start, end = span
-    view = data[start:end]
-    if end - start <= SMALL:
-        value = orjson.loads(view)
-        return (value if isinstance(value, dict) else {"$value": value}), False
-    return _parse_message(view, outline(view).fields, limit=limit)
-
-
-def _node_answer(run: Run, where: Where, found: NodeOutline) -> bytes:
-    """The JSON answer for one node, read by its span: its message (texts cut to
+async def _node_answer(raw: bytes, found: NodeOutline) -> bytes:
+    """The JSON answer for one node from its bytes: its message (texts cut to
     ``TEXT_BYTES``), its other small fields, and its per-token arrays as stored (each
-    checked to parse). Blocking and CPU-bound: run in a worker thread, where each C call
-    (a read, a parse) is short and the loop takes the GIL between them."""
-    start, end = found.span
-    data = memoryview(_read(run, where, start, end))
+    checked by a parse: the outline only skipped over them). A field a step, on the loop
+    (in a worker thread the parses would hold the GIL from the loop up to the switch
+    interval and more).
+
+    :raises ValueError: A field is not JSON.
+    """
+    start = found.span[0]
+    data = memoryview(raw)
     message: Any = None
     cut = False
     fields: dict[str, Any] = {}
@@ -171,15 +265,15 @@ def _node_answer(run: Run, where: Where, found: NodeOutline) -> bytes:
     for key, (a, b) in found.fields.items():
         a, b = a - start, b - start
         if key == "message":
-            message, cut = _message_now(data, (a, b), limit=TEXT_BYTES)
+            message, cut = await _message(data, (a, b), limit=TEXT_BYTES)
         elif key in _TOKENS:
-            raw = data[a:b]
-            value = orjson.loads(raw)  # bytes the outline only skipped over: checked here
+            value = orjson.loads(data[a:b])
             if key == "token_ids" and isinstance(value, list):
                 count = len(value)
-            tokens.append(orjson.dumps(key) + b":" + bytes(raw))
+            tokens.append(orjson.dumps(key) + b":" + raw[a:b])
         else:
             fields[key] = _small(data, (a, b))
+        await anyio.sleep(0)
     missing = [orjson.dumps(key) + b":null" for key in _TOKENS if key not in found.fields]
     return b"".join(
         [
@@ -219,12 +313,16 @@ async def _in_thread(read: Callable[..., T], run: Run, where: Where, *args: Any,
         raise TraceFormatError(
             f"{what}: its chunk is missing or outside the run ({exc})", chunk=chunk
         ) from exc
-    except (ValueError, DamagedFrame) as exc:  # orjson's JSONDecodeError is a ValueError
-        raise TraceFormatError(
-            f"{what} is not where its row says, or not JSON ({exc})",
-            chunk=chunk_name(run.stream, where.chunk),
-            offset=where.offset,
-        ) from exc
+    except (ValueError, DamagedFrame) as exc:
+        raise _not_json(run, where, what, exc) from exc
+
+
+def _not_json(run: Run, where: Where, what: str, exc: Exception) -> TraceFormatError:
+    return TraceFormatError(
+        f"{what} is not where its row says, or not JSON ({exc})",
+        chunk=chunk_name(run.stream, where.chunk),
+        offset=where.offset,
+    )
 
 
 class Episodes:
@@ -267,29 +365,40 @@ class Episodes:
     async def _build(self, run: Run, where: Where) -> _Outlined:
         what = f"episode at line {where.line}"
         chunk = chunk_name(run.stream, where.chunk)
-        line = await _in_thread(_read, run, where, 0, None, what=what)
-        data = memoryview(line)
-        scan = OutlineScan(line)
+        line = await _in_thread(_read_line, run, where, what=what)
+        size = len(line)
         try:
-            while (outline := scan.step()) is None:
-                await anyio.sleep(0)
-        except ValueError as exc:
-            raise TraceFormatError(
-                f"{what} is not a JSON record ({exc})", chunk=chunk, offset=where.offset
-            ) from exc
-        summary = await _summary(data, outline)
-        body = orjson.dumps({"row": run.table.row(where.line), "bytes": len(line), **summary})
-        return _Outlined(where, len(line), outline, body)
+            with memoryview(line) as data:
+                scan = OutlineScan(line)
+                try:
+                    while (outline := scan.step()) is None:
+                        await anyio.sleep(0)
+                except ValueError as exc:
+                    raise TraceFormatError(
+                        f"{what} is not a JSON record ({exc})", chunk=chunk, offset=where.offset
+                    ) from exc
+                finally:
+                    del scan
+                summary = await _summary(data, outline)
+        finally:
+            await _release(line)  # the record is held only while it is outlined
+        body = orjson.dumps({"row": run.table.row(where.line), "bytes": size, **summary})
+        return _Outlined(where, size, await _Nodes.pack(outline), body)
 
     async def node(self, run: Run, line: int, trace: int, node: int) -> bytes:
         """Node ``node`` of trace ``trace`` as its JSON answer (``_node_answer``)."""
         outlined, _ = await self.outline(run, line)
-        traces = outlined.outline.traces
-        if not 0 <= trace < len(traces) or not 0 <= node < len(traces[trace].nodes):
+        nodes = outlined.nodes
+        if not 0 <= trace < len(nodes) or not 0 <= node < nodes.count(trace):
             raise NotFound(f"episode {line} has no trace {trace} node {node}")
-        found = traces[trace].nodes[node]
+        found = nodes.node(trace, node)
         what = f"episode at line {line}, trace {trace} node {node}"
-        return await _in_thread(_node_answer, run, outlined.where, found, what=what)
+        where = outlined.where
+        raw = await _in_thread(_read, run, where, *found.span, what=what)
+        try:
+            return await _node_answer(raw, found)
+        except ValueError as exc:  # orjson's JSONDecodeError is a ValueError
+            raise _not_json(run, where, what, exc) from exc
 
     async def text(self, run: Run, line: int) -> dict[str, Any]:
         """The episode as plain text (``[role]`` and content per node), for a diff."""
@@ -297,9 +406,10 @@ class Episodes:
         parts: list[str] = []
         size = 0
         truncated = False
-        for t, trace in enumerate(outlined.outline.traces):
-            for n, node in enumerate(trace.nodes):
-                span = node.fields.get("message")
+        nodes = outlined.nodes
+        for t in range(len(nodes)):
+            for n in range(nodes.count(t)):
+                span = nodes.node(t, n).fields.get("message")
                 if span is None:
                     continue
                 if size >= TRANSCRIPT_BYTES:
@@ -326,10 +436,19 @@ async def _summary(data: memoryview, outline: Outline) -> dict[str, Any]:
     """What the page shows of an outlined record: its small top-level fields, and per trace
     its small fields and a line per node."""
     clock = Clock()
-    fields = {key: _small(data, span) for key, span in outline.fields.items() if key != "traces"}
+
+    async def small_fields(spans: Mapping[str, Span], skip: str) -> dict[str, Any]:
+        out = {}
+        for key, span in spans.items():
+            if key != skip:
+                out[key] = _small(data, span)  # up to 64 KiB parsed: a step each
+                await clock.tick()
+        return out
+
+    fields = await small_fields(outline.fields, "traces")
     traces = []
     for t, trace in enumerate(outline.traces):
-        small = {key: _small(data, span) for key, span in trace.fields.items() if key != "nodes"}
+        small = await small_fields(trace.fields, "nodes")
         agent = small.get("agent")
         nodes = []
         for n, node in enumerate(trace.nodes):
