@@ -146,13 +146,13 @@ def make_app(
 
     async def page(request: web.Request) -> web.Response:
         body, kind = files["index.html"]
-        return web.Response(body=body, content_type=kind)
+        return web.Response(body=body, content_type=kind, charset="utf-8")
 
     async def static(request: web.Request) -> web.Response:
         found = files.get(request.match_info["name"])
         if found is None:
             return _error(404, "not_found", "no such file")
-        return web.Response(body=found[0], content_type=found[1])
+        return web.Response(body=found[0], content_type=found[1], charset="utf-8")
 
     app.router.add_get("/", page)
     app.router.add_get("/static/{name}", static)

@@ -1,10 +1,11 @@
 """One episode served lazily: its outline (the byte span of every trace and node, found once
 by ``_outline`` and kept), then one node at a time, read from the chunk by its span alone.
 
-A 60 MB record is read whole only to outline it (in a worker thread; a sealed chunk's frames
-it spans decompressed); the outline's summary is encoded once and kept. A node is read back
-as its own bytes (a sealed chunk decompresses only the frames they span) and parsed field by
-field, so no parse of a whole record or of a huge string holds the loop (docs/design.md D19).
+A 60 MB record is read whole only to outline it (or to give its text for a diff): in a
+worker thread, into a mapping that is unmapped in one too; a sealed chunk's frames it spans
+decompressed. The outline's summary is encoded once and kept. A node is read back as its own
+bytes (a sealed chunk decompresses only the frames they span) and parsed a field a step, so
+no parse of a whole record or of a huge string holds the loop (docs/design.md D19).
 """
 
 from __future__ import annotations
@@ -401,34 +402,39 @@ class Episodes:
             raise _not_json(run, where, what, exc) from exc
 
     async def text(self, run: Run, line: int) -> dict[str, Any]:
-        """The episode as plain text (``[role]`` and content per node), for a diff."""
+        """The episode as plain text (``[T.N role]`` and content per node), at most
+        ``TRANSCRIPT_BYTES`` of it, for a diff. The record is read once, as for its outline
+        (a node at a time, a sealed chunk would decompress its frames again for each)."""
         outlined, _ = await self.outline(run, line)
+        nodes = outlined.nodes
+        record = await _in_thread(_read_line, run, outlined.where, what=f"episode at line {line}")
         parts: list[str] = []
         size = 0
         truncated = False
-        nodes = outlined.nodes
-        for t in range(len(nodes)):
-            for n in range(nodes.count(t)):
-                span = nodes.node(t, n).fields.get("message")
-                if span is None:
-                    continue
-                if size >= TRANSCRIPT_BYTES:
-                    truncated = True
-                    break
-                a, b = span
-                raw = await _in_thread(
-                    _read, run, outlined.where, a, b, what=f"episode at line {line}"
-                )
-                message, cut = await _message(
-                    memoryview(raw), (0, b - a), limit=TRANSCRIPT_BYTES - size
-                )
-                role = message.get("role")
-                text = f"[{t}.{n} {role if isinstance(role, str) else '?'}]\n{_text_of(message)}\n"
-                if size + len(text) > TRANSCRIPT_BYTES:
-                    text, cut = text[: TRANSCRIPT_BYTES - size], True
-                parts.append(text)
-                size += len(text)
-                truncated = truncated or cut
+        try:
+            with memoryview(record) as data:
+                for t in range(len(nodes)):
+                    for n in range(nodes.count(t)):
+                        span = nodes.node(t, n).fields.get("message")
+                        if span is None:
+                            continue
+                        if size >= TRANSCRIPT_BYTES:
+                            truncated = True
+                            break
+                        message, cut = await _message(data, span, limit=TRANSCRIPT_BYTES - size)
+                        role = message.get("role")
+                        role = role if isinstance(role, str) else "?"
+                        text = f"[{t}.{n} {role}]\n{_text_of(message)}\n"
+                        if size + len(text) > TRANSCRIPT_BYTES:
+                            text, cut = text[: TRANSCRIPT_BYTES - size], True
+                        parts.append(text)
+                        size += len(text)
+                        truncated = truncated or cut
+                        await anyio.sleep(0)
+        except ValueError as exc:
+            raise _not_json(run, outlined.where, f"episode at line {line}", exc) from exc
+        finally:
+            await _release(record)
         return {"text": "".join(parts), "truncated": truncated}
 
 
