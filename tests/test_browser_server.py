@@ -739,3 +739,26 @@ async def test_a_record_is_unmapped_off_the_loop(
     ((thread, done),) = closed
     assert done
     assert thread != threading.get_ident()  # not the loop's thread
+
+
+@pytest.mark.anyio
+async def test_a_stream_directory_given(run_dir: Path, tmp_path: Path) -> None:
+    """A stream's directory is served with its index beside it and, in a run's layout, the
+    run's metrics; a symlink out of the directory holding it is still refused."""
+    stream = stream_of(run_dir)
+    async with _serve([stream]) as c:
+        (run,) = (await c.json("/api/runs"))["runs"]
+        assert (run["name"], run["episodes"], run["metrics"]) == ("stream", 30, True)
+        assert (await c.json("/api/runs/stream/episodes/30"))["row"]["line"] == 30
+    loose = tmp_path / "loose"
+    write_prime_rl_stream(loose, _records(8, 2), chunk_bytes=1 << 20)
+    moved = tmp_path / "elsewhere"
+    (loose / "monitors/file/traces").rename(moved)
+    outside = tmp_path / "outside.jsonl"
+    (moved / "stream" / "00000.jsonl").rename(outside)
+    (moved / "stream" / "00000.jsonl").symlink_to(outside)
+    async with _serve([moved / "stream"]) as c:
+        assert (await c.json("/api/runs"))["runs"][0]["episodes"] == 2
+        status, body, _ = await c.get("/api/runs/stream/episodes/1")
+        assert status == 422
+        assert "outside the run" in body["error"]["message"]

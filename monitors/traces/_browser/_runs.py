@@ -43,13 +43,17 @@ class Run:
     def __init__(self, name: str, path: Path) -> None:
         self.name = name
         self.path = path
-        self.root = path.resolve()
-        monitor = self.root / RUN_STREAM.parent.parent
+        given = path.resolve()
+        monitor = given / RUN_STREAM.parent.parent
         if monitor.is_dir():  # a run's directory (its stream may not be written yet)
-            self.stream = self.root / RUN_STREAM
-        else:  # a stream's directory: .../monitors/file/traces/stream
-            self.stream = stream_of(self.root)
-            monitor = self.stream.parent.parent
+            self.stream = given / RUN_STREAM
+            #: Every file served lies inside this directory (symlinks resolved).
+            self.root = given
+        else:  # a stream's directory: its index is beside it
+            self.stream = stream_of(given)
+            monitor = self.stream.parent.parent  # in a run's layout: .../monitors/file
+            in_run = self.stream.parent.name == RUN_STREAM.parent.name
+            self.root = monitor if in_run else self.stream.parent
         self.metrics_path = monitor / "metrics.jsonl"
         self.table = IndexTable()
         self._index = Growing(index_path(self.stream), block=_READ)
