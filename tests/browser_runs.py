@@ -63,6 +63,8 @@ PROBE_NODE: Final = 499
 BIG_BYTES: Final = 60_000_000
 #: Episodes the ``live`` run starts with.
 LIVE_EPISODES: Final = 6
+#: Index rows of the ``wide`` run.
+WIDE_ROWS: Final = 100_000
 #: Tokens of the long node (more than the heatmap draws at once).
 LONG_TOKENS: Final = 40_000
 
@@ -80,6 +82,8 @@ class Runs:
 
     :ivar root: the folder holding the runs.
     :ivar train: the ``train`` run's directory (likewise ``big``, ``hostile``, ``live``).
+    :ivar wide: a run whose index holds ``WIDE_ROWS`` rows (pointing, in turn, at a few
+        records), for a list of 100,000 episodes.
     :ivar big_line: the index line of the ~60 MB episode in ``big``.
     :ivar big_nodes: its node count per trace.
     :ivar big_bytes: its bytes, as written.
@@ -98,6 +102,7 @@ class Runs:
     big: Path
     hostile: Path
     live: Path
+    wide: Path
     big_line: int
     big_nodes: tuple[int, ...]
     big_bytes: int
@@ -362,6 +367,10 @@ async def _build(root: Path) -> Runs:
     live = root / "live"
     await _write(live, [(0, "train", _live_records(0, LIVE_EPISODES))], {}, compress=False)
 
+    wide = root / "wide"
+    await _write(wide, [(0, "train", _live_records(100, 4))], {}, compress=False)
+    _widen(wide / "monitors/file/traces/stream.index.jsonl")
+
     big_bytes = (big / "monitors/file/traces/stream.index.jsonl").read_bytes().splitlines()[1]
     return Runs(
         root=root,
@@ -369,6 +378,7 @@ async def _build(root: Path) -> Runs:
         big=big,
         hostile=hostile,
         live=live,
+        wide=wide,
         big_line=2,
         big_nodes=big_nodes,
         big_bytes=int(orjson.loads(big_bytes)["length"]),
@@ -384,8 +394,21 @@ async def _build(root: Path) -> Runs:
     )
 
 
+def _widen(index: Path) -> None:
+    """Rewrite ``index`` as ``WIDE_ROWS`` rows pointing at its records in turn, with
+    rewards of their own (a reward in 1,000 missing): an index as large as a long run's."""
+    rows = [orjson.loads(line) for line in index.read_bytes().splitlines()]
+    rng = random.Random(7)
+    out = []
+    for line in range(1, WIDE_ROWS + 1):
+        row = dict(rows[line % len(rows)], line=line, step=line // 1000)
+        row["reward"] = None if line % 1000 == 0 else round(rng.random(), 4)
+        out.append(orjson.dumps(row))
+    index.write_bytes(b"\n".join(out) + b"\n")
+
+
 def build_runs(root: Path) -> Runs:
-    """Write the four runs under ``root`` (which must exist) and say where things are.
+    """Write the five runs under ``root`` (which must exist) and say where things are.
     Runs its own event loop in a thread of its own, so it can be called from anywhere
     (a fixture of a test whose loop is running, too)."""
     found: list[Runs] = []

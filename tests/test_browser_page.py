@@ -40,6 +40,7 @@ from browser_runs import (
     LONG_TOKENS,
     SCRIPT,
     UNBROKEN,
+    WIDE_ROWS,
     Runs,
     append_live,
     build_runs,
@@ -92,6 +93,7 @@ def server(runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
                 str(runs.big),
                 str(runs.hostile),
                 str(runs.live),
+                str(runs.wide),
                 "--port",
                 "0",
             ],
@@ -287,6 +289,40 @@ async def test_list_shows_every_episode_and_scrolls_to_the_last(
         pytest.fail(f"scrolled to the bottom, the rows in view are {await visible_lines(page)}")
     last = await visible_lines(page)
     assert last == list(range(last[0], len(rows) + 1)), last
+
+
+async def test_a_list_of_100000_episodes_scrolls_anywhere(
+    page: Chromium, server: str, runs: Runs
+) -> None:
+    """A run of 100,000 index rows, best reward first: the page holds a window of rows,
+    and a jump to the middle or the end shows the rows there, in order."""
+    rows = index_rows(runs.wide)
+    order = sorted(
+        rows, key=lambda r: (r["reward"] is None, -(r["reward"] or 0), r["line"])
+    )  # rows without a reward last, ties in line order
+    await goto(page, server, "/run/wide?sort=-reward", "list")
+    assert await matched(page) == len(rows) == WIDE_ROWS
+    rendered = await page.evaluate("document.querySelectorAll('[data-test=episode-row]').length")
+    assert rendered < 200, f"{rendered} rows in the page: the list is not virtualized"
+    height = await page.evaluate("document.querySelector('[data-test=episode-list]').scrollHeight")
+    want = [r["line"] for r in order]
+    place = {line: at for at, line in enumerate(want)}
+    for fraction in (0.5, 1.0):
+        await page.scroll("[data-test=episode-list]", int(height * fraction))
+        deadline = time.monotonic() + 15
+        while True:  # until the rows there are fetched and drawn
+            shown = await visible_lines(page)
+            at = place.get(shown[0], -1) if len(shown) > 5 else -1
+            if at > len(want) * fraction - 100 or time.monotonic() > deadline:
+                break
+            await anyio.sleep(0.1)
+        assert at > len(want) * fraction - 100, f"at {fraction:.0%} the rows in view: {shown}"
+        assert shown == want[at : at + len(shown)], shown
+        rendered = await page.evaluate(
+            "document.querySelectorAll('[data-test=episode-row]').length"
+        )
+        assert rendered < 200
+    assert shown[-1] == want[-1]  # the end: the last row without a reward
 
 
 async def test_list_sorts_by_reward(page: Chromium, server: str, runs: Runs) -> None:
@@ -627,14 +663,10 @@ _HEADING = re.compile(r"\[(?:\d+\.\d+ )?(\w+)\]")
 
 
 def shown(text: str) -> str:
-    """Text as the page shows it: control characters but tab and newlines drawn as their
-    symbols (U+2400 on; DEL as U+2421)."""
+    """Text as the page shows it: control characters but tab and newlines written as their
+    JSON escapes (``\\u001b``)."""
     return "".join(
-        chr(0x2421)
-        if c == "\x7f"
-        else chr(0x2400 + ord(c))
-        if ord(c) < 0x20 and c not in "\t\n\r"
-        else c
+        f"\\u{ord(c):04x}" if (ord(c) < 0x20 and c not in "\t\n\r") or c == "\x7f" else c
         for c in text
     )
 

@@ -27,14 +27,15 @@ function setAttr(el, key, value) {
   el.setAttribute(key, text);
 }
 
-// Control characters (an ANSI escape, a NUL) are drawn as their visible symbols, U+2400 on:
-// a terminal's colour codes in a tool's output read as ␛[31m, not as empty boxes.
+// Control characters (an ANSI escape, a NUL) are shown as their JSON escapes: a terminal's
+// colour codes in a tool's output read as \u001b[31m, not as nothing or an empty box (the
+// Control Pictures block, U+2400 on, is missing from many fonts).
 const CONTROL = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g;
-const controlSymbol = (c) => String.fromCharCode(c === '\u007f' ? 0x2421 : 0x2400 + c.charCodeAt(0));
+const controlEscape = (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0');
 
-/** Text as shown: control characters but tab and newlines made visible. */
+/** Text as shown: control characters but tab and newlines written as escapes. */
 export function shown(text) {
-  return String(text).replace(CONTROL, controlSymbol);
+  return String(text).replace(CONTROL, controlEscape);
 }
 
 function append(el, children) {
