@@ -10,8 +10,9 @@ for byte what the in-memory path (``Records.value(..., edit=Stamp(...))`` then
 ``encoder.encode``) makes of the parsed line; elsewhere (whitespace, a key spelled with
 escapes) the bytes not stamped stay as given.
 
-The bulk is crossed at C speed (``bytes.find`` for quotes and brackets): Python runs only
-per string and bracket, and each ``step`` stops after about ``budget`` bytes or a
+The bulk is crossed at C speed (``bytes.find`` for quotes and brackets, by the
+``traces._skip.Skipper`` the trace browser's outline uses too): Python runs only per string
+and bracket, and each ``step`` stops after about ``budget`` bytes or a
 proportional number of those tokens, so no call holds the loop long. ``restamp`` drives it
 on the event loop.
 
@@ -32,6 +33,7 @@ import orjson
 
 import encoder
 
+from ..traces._skip import Skipper
 from ._batch import PIECE_BYTES
 from ._stamp import _rekey
 
@@ -49,7 +51,6 @@ _COPY_BYTES: Final = 256
 _FLUSH_BYTES: Final = 1 << 14
 
 _QUOTE: Final = 0x22
-_BACKSLASH: Final = 0x5C
 _OPEN_OBJECT: Final = 0x7B
 _CLOSE_OBJECT: Final = 0x7D
 _OPEN_ARRAY: Final = 0x5B
@@ -64,8 +65,6 @@ _SCALAR: Final = re.compile(
     rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null"
 )
 _EMPTY_ARRAY: Final = re.compile(rb"\[[ \t\r]*\]")
-#: Runs of backslashes, to count those before a quote a block at a time.
-_BACKSLASHES: Final = tuple((size, b"\\" * size) for size in (4096, 64))
 #: Longest key, escapes and quotes included, that can decode to "run" or "traces".
 _KEY_BYTES: Final = 2 + 6 * len("traces")
 
@@ -123,10 +122,8 @@ class Restamp:
         self._pos = 0
         self._state = _START
         self._frames: list[_Object | None] = []  # None: the "traces" array
-        self._deep = bytearray()  # the closing bytes of the containers being skipped
-        self._in_string = False
+        self._inside = Skipper(line, _bad)  # a string or containers being skipped
         self._value_start = 0  # where the key or value being skipped began
-        self._next = [-1] * 5  # see _skip
         self._start = self._stop = -1  # the top value's span
         self._episode = b""
         self._top: list[_Splice] = []
@@ -171,11 +168,11 @@ class Restamp:
         """Scan up to ``end`` or for ``tokens`` tokens; the tokens left."""
         line, n = self._line, self._n
         while tokens > 0 and self._state != _BUILD:
-            if self._deep or self._in_string:
-                tokens = self._skip(end, tokens)
-                if self._deep or self._in_string:
+            if self._inside:
+                self._pos, tokens = self._inside.skip(self._pos, end, tokens)
+                if self._inside:
                     if self._pos >= n:
-                        what = "a string" if self._in_string else "a container"
+                        what = "a string" if self._inside.in_string else "a container"
                         raise _bad(n, f"the line ends inside {what}")
                     return tokens
                 self._ended(self._value_start, self._pos)
@@ -203,7 +200,8 @@ class Restamp:
                     self._value(byte, pos)
             elif state in (_KEY_FIRST, _KEY):
                 if byte == _QUOTE:
-                    self._value_start, self._pos, self._in_string = pos, pos + 1, True
+                    self._value_start, self._pos = pos, pos + 1
+                    self._inside.in_string = True
                 elif state == _KEY_FIRST and byte == _CLOSE_OBJECT:
                     self._close_object(pos)
                 else:
@@ -248,13 +246,14 @@ class Restamp:
             self._frames.append(None)
             self._pos, self._state = pos + 1, _ITEM_FIRST
         elif byte == _QUOTE:
-            self._pos, self._in_string = pos + 1, True
+            self._pos = pos + 1
+            self._inside.in_string = True
         elif byte == _OPEN_OBJECT:
             self._pos = pos + 1
-            self._deep.append(_CLOSE_OBJECT)
+            self._inside.deep.append(_CLOSE_OBJECT)
         elif byte == _OPEN_ARRAY:
             self._pos = pos + 1
-            self._deep.append(_CLOSE_ARRAY)
+            self._inside.deep.append(_CLOSE_ARRAY)
         else:
             match = _SCALAR.match(self._line, pos)
             if match is None:
@@ -359,74 +358,6 @@ class Restamp:
         """The bytes of ``_rekey(run)``, as the encoder writes the stamped record."""
         return encoder.encode(_rekey(run, self._run_id, self._run_type))
 
-    def _skip(self, end: int, tokens: int) -> int:
-        """Go on through the string or nested containers being skipped, up to ``end`` or for
-        ``tokens`` tokens; the tokens left. The value ended if neither is left open.
-
-        ``self._next`` holds, for ``"``, ``[``, ``]``, ``{`` and ``}``, a position before
-        which that byte does not occur from ``_pos`` on (where it is, or ``end``): each is
-        looked for again only once the scan has passed it, so each byte is crossed by one
-        ``find`` per kind and Python runs once per token.
-        """
-        line, deep, find = self._line, self._deep, self._line.find
-        pos, in_string = self._pos, self._in_string
-        quote, open_array, close_array, open_object, close_object = self._next
-        try:
-            while tokens > 0:
-                tokens -= 1
-                if in_string:
-                    at = find(b'"', pos, end)
-                    if at < 0:
-                        pos = end
-                        break
-                    pos = at + 1
-                    if line[at - 1] == _BACKSLASH and _escaped(line, at):
-                        continue
-                    in_string = False
-                    if not deep:
-                        break
-                    continue
-                if quote < pos:
-                    quote = find(b'"', pos, end)
-                    quote = end if quote < 0 else quote
-                if open_array < pos:
-                    open_array = find(b"[", pos, end)
-                    open_array = end if open_array < 0 else open_array
-                if close_array < pos:
-                    close_array = find(b"]", pos, end)
-                    close_array = end if close_array < 0 else close_array
-                if open_object < pos:
-                    open_object = find(b"{", pos, end)
-                    open_object = end if open_object < 0 else open_object
-                if close_object < pos:
-                    close_object = find(b"}", pos, end)
-                    close_object = end if close_object < 0 else close_object
-                at = min(quote, open_array, close_array, open_object, close_object)
-                if at >= end:
-                    pos = end
-                    break
-                pos = at + 1
-                byte = line[at]
-                if byte == _QUOTE:
-                    in_string = True
-                elif byte == _OPEN_ARRAY:
-                    deep.append(_CLOSE_ARRAY)
-                elif byte == _OPEN_OBJECT:
-                    deep.append(_CLOSE_OBJECT)
-                elif deep[-1] != byte:
-                    raise _bad(at, "a bracket that does not close the open one")
-                else:
-                    deep.pop()
-                    if not deep:
-                        break
-        finally:
-            self._pos, self._in_string = pos, in_string
-            # A position kept is only good within this step's ``end``.
-            fresh = [p if p < end else -1 for p in (quote, open_array, close_array)]
-            fresh += [p if p < end else -1 for p in (open_object, close_object)]
-            self._next = fresh
-        return tokens
-
     # -- the pieces --------------------------------------------------------------------------
 
     def _build(self, tokens: int) -> None:
@@ -477,18 +408,6 @@ class Restamp:
             self.pieces.append(piece)
             self.length += len(piece)
         buf.clear()
-
-
-def _escaped(line: bytes, at: int) -> bool:
-    """Whether the quote at ``at`` is escaped: an odd run of backslashes before it (counted a
-    block at a time, so a long run costs little; a string's opening quote ends it)."""
-    start = at
-    for size, block in _BACKSLASHES:
-        while start >= size and line.startswith(block, start - size):
-            start -= size
-    while line[start - 1] == _BACKSLASH:
-        start -= 1
-    return (at - start) % 2 == 1
 
 
 def _bad(pos: int, what: str) -> ValueError:

@@ -13,7 +13,8 @@ per call, so ``aoutline`` can drive it on the event loop without holding it; ``o
 runs it through at once (for a worker thread, or tests). The bulk of a record (the per-token
 arrays, ~80% of its bytes, which hold no quotes or brackets) is crossed at C speed with
 ``bytes.find``: Python runs once per string end, bracket, key or separator at the levels it
-walks, and once per bracket or quote inside the values it skips. ``count_items`` counts the
+walks, and once per bracket or quote inside the values it skips (``_skip.Skipper``, which
+the outbox's ``Restamp`` uses too). ``count_items`` counts the
 items of a token array at C speed, for token counts without parsing.
 
 What is checked: brackets match, strings end, and the levels it walks (the top object, the
@@ -33,6 +34,8 @@ from typing import Final, TypeAlias
 
 import anyio
 import orjson
+
+from ._skip import Skipper
 
 __all__ = [
     "STEP_BYTES",
@@ -60,7 +63,6 @@ _TOKEN_BYTES: Final = 1024
 _WHOLE_BYTES: Final = 1 << 28
 
 _QUOTE: Final = 0x22
-_BACKSLASH: Final = 0x5C
 _OPEN_ARRAY: Final = 0x5B
 _CLOSE_ARRAY: Final = 0x5D
 _OPEN_OBJECT: Final = 0x7B
@@ -151,12 +153,7 @@ class OutlineScan:
         self._state = _START
         self._frames: list[_Frame] = []
         self._value_start = 0  # where the key or value being skipped began
-        self._in_string = False
-        self._deep = bytearray()  # closing brackets of the containers being skipped
-        # Next positions of '"', '[', ']', '{', '}' found from _pos on, each good until the scan
-        # passes it; equal to _found_to where not found before it (see _skip).
-        self._next = [-1] * 5
-        self._found_to = -1
+        self._inside = Skipper(self._line, _bad)  # a string or containers being skipped
         self._keys: dict[bytes, str] = {}
         self._outline: Outline | None = None  # built when the top object closes
         self._result: Outline | None = None  # handed out once the line is done
@@ -185,14 +182,14 @@ class OutlineScan:
         """Go on up to byte ``end``, or for ``tokens`` tokens."""
         line, n = self._line, self._n
         while tokens > 0 and self._result is None:
-            if self._in_string or self._deep:
+            if self._inside:
                 if self._pos >= end:
                     if end >= n:
-                        what = "a string" if self._in_string else "a value"
+                        what = "a string" if self._inside.in_string else "a value"
                         raise _bad(n, f"the line ends inside {what}")
                     return
-                tokens = self._skip(end, tokens)
-                if not (self._in_string or self._deep):
+                self._pos, tokens = self._inside.skip(self._pos, end, tokens)
+                if not self._inside:
                     self._ended(self._value_start, self._pos)
                 continue
             pos = self._pos
@@ -228,7 +225,8 @@ class OutlineScan:
                     raise _bad(pos, "expected ',' or ']'")
             elif state in (_KEY, _KEY_FIRST):
                 if byte == _QUOTE:
-                    self._value_start, self._pos, self._in_string = pos, pos + 1, True
+                    self._value_start, self._pos = pos, pos + 1
+                    self._inside.in_string = True
                 elif byte == _CLOSE_OBJECT and state == _KEY_FIRST:
                     self._close_object(pos)
                 else:
@@ -267,13 +265,14 @@ class OutlineScan:
             self._pos, self._state = pos + 1, _KEY_FIRST
             return
         if byte == _QUOTE:
-            self._pos, self._in_string = pos + 1, True
+            self._pos = pos + 1
+            self._inside.in_string = True
         elif byte == _OPEN_ARRAY:
             self._pos = pos + 1
-            self._deep.append(_CLOSE_ARRAY)
+            self._inside.deep.append(_CLOSE_ARRAY)
         elif byte == _OPEN_OBJECT:
             self._pos = pos + 1
-            self._deep.append(_CLOSE_OBJECT)
+            self._inside.deep.append(_CLOSE_OBJECT)
         else:
             scalar = _SCALAR.match(self._line, pos)
             if scalar is None:
@@ -344,89 +343,6 @@ class OutlineScan:
         frame.fields[frame.key] = (array.start, pos + 1)
         frame.traces, frame.nodes = array.traces, array.nodes
         self._pos, self._state = pos + 1, _OBJECT_NEXT
-
-    def _skip(self, end: int, tokens: int) -> int:
-        """Go on through the string or containers being skipped, up to ``end`` or for
-        ``tokens`` tokens; the tokens left.
-
-        Each of the five bytes that matter is looked for again only once the scan passes
-        where it was last found, so ``find`` crosses each byte once per kind in C and
-        Python runs once per quote or bracket.
-        """
-        line, find, deep = self._line, self._line.find, self._deep
-        pos, in_string = self._pos, self._in_string
-        if self._found_to != end:  # a step's finds looked only as far as its end
-            self._next = [p if p < self._found_to else -1 for p in self._next]
-            self._found_to = end
-        quote, open_array, close_array, open_object, close_object = self._next
-        try:
-            while tokens > 0:
-                tokens -= 1
-                if quote < pos:
-                    quote = find(b'"', pos, end)
-                    if quote < 0:
-                        quote = end
-                if in_string:
-                    if quote >= end:
-                        pos = end
-                        break
-                    pos = quote + 1
-                    if line[quote - 1] == _BACKSLASH and _escaped(line, quote):
-                        continue
-                    in_string = False
-                    if not deep:
-                        break
-                    continue
-                if open_array < pos:
-                    open_array = find(b"[", pos, end)
-                    if open_array < 0:
-                        open_array = end
-                if close_array < pos:
-                    close_array = find(b"]", pos, end)
-                    if close_array < 0:
-                        close_array = end
-                if open_object < pos:
-                    open_object = find(b"{", pos, end)
-                    if open_object < 0:
-                        open_object = end
-                if close_object < pos:
-                    close_object = find(b"}", pos, end)
-                    if close_object < 0:
-                        close_object = end
-                at = min(quote, open_array, close_array, open_object, close_object)
-                if at >= end:
-                    pos = end
-                    break
-                pos = at + 1
-                byte = line[at]
-                if byte == _QUOTE:
-                    in_string = True
-                elif byte == _OPEN_ARRAY:
-                    deep.append(_CLOSE_ARRAY)
-                elif byte == _OPEN_OBJECT:
-                    deep.append(_CLOSE_OBJECT)
-                elif byte != deep[-1]:
-                    raise _bad(at, "a bracket that does not close the open one")
-                else:
-                    deep.pop()
-                    if not deep:
-                        break
-        finally:
-            self._pos, self._in_string = pos, in_string
-            self._next = [quote, open_array, close_array, open_object, close_object]
-        return tokens
-
-
-def _escaped(line: bytes | bytearray | mmap.mmap, at: int) -> bool:
-    """Whether the quote at ``at`` is escaped: an odd run of backslashes before it, measured
-    with ``rstrip`` over windows that double (a string's opening quote ends any run)."""
-    stop, size = at, 64
-    while True:
-        start = max(stop - size, 0)
-        kept = len(line[start:stop].rstrip(b"\\"))
-        if kept or start == 0:
-            return (at - start - kept) % 2 == 1
-        stop, size = start, size * 2
 
 
 def _buffer(line: _Line) -> bytes | bytearray | mmap.mmap:
