@@ -22,6 +22,7 @@ import anyio
 import orjson
 
 from ...errors import TraceFormatError
+from .._layout import chunk_path, sealed_path
 from .._outline import NodeOutline, Outline, OutlineScan, Span, count_items
 from .._reader import after_newline, chunk_name
 from .._sealed import DamagedFrame, SealedChunk
@@ -114,8 +115,6 @@ class _Outlined:
 
 def _open(run: Run, chunk: int) -> io.BufferedReader | SealedChunk:
     """Chunk ``chunk`` of ``run`` (plain before sealed), only from inside the run."""
-    from .._layout import chunk_path, sealed_path
-
     plain = chunk_path(run.stream, chunk)
     try:
         return open(inside(plain, run.root), "rb")

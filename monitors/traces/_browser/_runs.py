@@ -16,7 +16,7 @@ import anyio
 import orjson
 
 from .._index import Growing
-from .._layout import RUN_STREAM, chunk_path, index_path, sealed_path, stream_of
+from .._layout import RUN_STREAM, index_path, stream_of
 from ._table import IndexTable
 
 __all__ = ["OutsideRun", "Run", "inside", "open_runs"]
@@ -117,14 +117,6 @@ class Run:
                 name: [row.get(name) for row in self.metric_rows] for name in self.metric_names
             },
         }
-
-    def chunk_file(self, chunk: int) -> Path:
-        """The chunk file to read (plain before sealed, as prime-rl's reader), checked to be
-        inside the run's directory. Raises ``FileNotFoundError`` or ``OutsideRun``."""
-        for path in (chunk_path(self.stream, chunk), sealed_path(self.stream, chunk)):
-            if path.exists():
-                return inside(path, self.root)
-        raise FileNotFoundError(chunk_path(self.stream, chunk))
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -350,14 +350,17 @@ class IndexTable:
             counts=result.counts,
         )
 
-    async def _mask(self, tests: list[tuple[str, Callable[[Any], bool]]]) -> bytes | None:
-        """Which rows pass every test (a byte per row), built a column at a time; None when
-        there are no tests."""
+    async def _mask(
+        self, tests: list[tuple[str, Callable[[Any], bool]]], *, within: bytes | None = None
+    ) -> bytes | None:
+        """Which rows pass every test and are in ``within`` (a byte per row), built a column
+        at a time; ``within`` itself when there are no tests."""
         if not tests:
-            return None
+            return within
         count = len(self)
         clock = Clock()
-        passing = -1  # every bit set: the rows' bits ANDed test by test
+        # The rows' bytes ANDed test by test (-1: every bit set).
+        passing = -1 if within is None else int.from_bytes(within, "little")
         for name, test in tests:
             column = self.columns[name]
             bits = bytearray()
@@ -365,7 +368,7 @@ class IndexTable:
                 bits += bytes(map(test, column[start : start + _BLOCK]))
                 await clock.tick()
             passing &= int.from_bytes(bits, "little")
-        return passing.to_bytes(count, "little") if passing >= 0 else bytes([1]) * count
+        return passing.to_bytes(count, "little")
 
     def _tests(self, query: Query) -> list[tuple[str, Callable[[Any], bool]]]:
         """The column tests of ``query``'s filters but the reward range (the histogram
@@ -407,12 +410,8 @@ class IndexTable:
                 await clock.tick()
         if query.reward_min is not None or query.reward_max is not None:
             closed = bool(edges) and query.reward_max == edges[-1]
-            mask = await self._mask(
-                [
-                    *self._tests(query),
-                    ("reward", _within(query.reward_min, query.reward_max, closed=closed)),
-                ]
-            )
+            in_range = _within(query.reward_min, query.reward_max, closed=closed)
+            mask = await self._mask([("reward", in_range)], within=mask)
         if mask is None:
             positions = order
         else:
@@ -432,7 +431,7 @@ class IndexTable:
         line order), built in steps and kept until rows are added.
 
         A bucket sort: bounds from a stride sample of the values cut the rows into buckets
-        of about ``_BLOCK``, each sorted by one call of ``list.sort`` (a step), so no step
+        of about ``_BLOCK``, each sorted by one call of ``sorted`` (a step), so no step
         sorts them all and no merge runs in Python.
         """
         count = len(self)
